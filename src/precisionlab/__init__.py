@@ -1,0 +1,31 @@
+"""precisionlab: exact number formats, honest quantization and measured numerical hazards.
+
+    import precisionlab as pl
+    fmt = pl.get_format("e4m3")
+    y = pl.round_to(x, fmt)             # same type, dtype and device as x
+    codes = pl.encode(x, "e2m1")        # uint8 codes
+    pl.decode(codes, "e2m1")
+
+Importing precisionlab never imports torch, triton, matplotlib or rich.
+"""
+
+from precisionlab.formats import Encoding, FloatFormat, IntFormat, Overflow, get_format, list_formats
+from precisionlab.rounding import NanPolicy, Rounding, decode, encode, neighbours, round_to, ulp
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Encoding",
+    "FloatFormat",
+    "IntFormat",
+    "NanPolicy",
+    "Overflow",
+    "Rounding",
+    "decode",
+    "encode",
+    "get_format",
+    "list_formats",
+    "neighbours",
+    "round_to",
+    "ulp",
+]

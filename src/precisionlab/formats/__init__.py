@@ -1,0 +1,25 @@
+"""Number-format data model: descriptors, derived limits, and the registry."""
+
+from precisionlab.formats.float_format import Encoding, FloatFormat, Overflow
+from precisionlab.formats.int_format import IntFormat
+from precisionlab.formats.registry import (
+    FLOAT_FORMATS,
+    INT_FORMATS,
+    Format,
+    format_names,
+    get_format,
+    list_formats,
+)
+
+__all__ = [
+    "FLOAT_FORMATS",
+    "INT_FORMATS",
+    "Encoding",
+    "FloatFormat",
+    "Format",
+    "IntFormat",
+    "Overflow",
+    "format_names",
+    "get_format",
+    "list_formats",
+]

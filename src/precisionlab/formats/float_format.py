@@ -1,0 +1,205 @@
+"""Binary floating-point formats described by (E, M, bias, encoding).
+
+A format stores only its defining fields; every limit is derived:
+
+    emin           = 1 - bias                     (exponent of the smallest normal)
+    emax           = (2^E - 2) - bias             IEEE: the all-ones exponent is inf/NaN
+                   = (2^E - 1) - bias             otherwise (the top exponent holds numbers)
+    max finite     = (2 - 2^-M) * 2^emax          IEEE, FNUZ, FINITE
+                   = (2 - 2^(1-M)) * 2^emax       FN: the all-ones code is NaN (E4M3: 448)
+    min normal     = 2^emin
+    min subnormal  = 2^(emin - M)
+    ulp(1)         = 2^-M
+    decimal digits = (M + 1) * log10(2)
+    binades        = emax - emin + 1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+
+
+class Encoding(Enum):
+    """How a float format spends the top of its code space on special values."""
+
+    IEEE = "ieee"
+    """All-ones exponent: mantissa 0 is ±inf, anything else NaN (fp32, fp16, bf16, e5m2)."""
+    FN = "fn"
+    """Finite: no inf; only the all-ones code (per sign) is NaN (OCP e4m3 = float8_e4m3fn, ue8m0)."""
+    FNUZ = "fnuz"
+    """Finite, unsigned zero: no inf, no -0; the negative-zero code 0x80 is the single NaN (AMD gfx942)."""
+    FINITE = "finite"
+    """Neither inf nor NaN: every code is a number (OCP fp6 e3m2/e2m3 and fp4 e2m1)."""
+
+
+class Overflow(Enum):
+    """What a finite value beyond ±max_finite (or ±inf) becomes."""
+
+    INF = "inf"
+    NAN = "nan"
+    SATURATE = "saturate"
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A sign-exponent-mantissa format. Only defining fields are stored."""
+
+    name: str
+    exp_bits: int
+    man_bits: int
+    bias: int
+    encoding: Encoding = Encoding.IEEE
+    signed: bool = True
+    subnormals: bool = True
+    stored_bits: int | None = None
+    """Container width when it differs from the format's own width (tf32: 19 bits held in 32)."""
+
+    def __post_init__(self) -> None:
+        problems = _problems(self)
+        if problems:
+            raise ValueError(f"impossible float format {self.name!r}: {problems}")
+
+    # --- layout -----------------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Width of one code: sign (if any) + E + M."""
+        return int(self.signed) + self.exp_bits + self.man_bits
+
+    @property
+    def is_float(self) -> bool:
+        return True
+
+    @property
+    def top_exponent_field(self) -> int:
+        return (1 << self.exp_bits) - 1
+
+    # --- special values ---------------------------------------------------------
+    @property
+    def has_inf(self) -> bool:
+        return self.encoding is Encoding.IEEE
+
+    @property
+    def has_nan(self) -> bool:
+        return self.encoding is not Encoding.FINITE
+
+    @property
+    def has_negative_zero(self) -> bool:
+        return self.signed and self.encoding is not Encoding.FNUZ
+
+    @property
+    def has_zero(self) -> bool:
+        """A format without subnormals has no zero code (ue8m0's smallest code is 2^-127)."""
+        return self.subnormals
+
+    @property
+    def default_overflow(self) -> Overflow:
+        """inf where the format has inf; else NaN where it has NaN (as ml_dtypes); else saturate."""
+        if self.has_inf:
+            return Overflow.INF
+        if self.has_nan:
+            return Overflow.NAN
+        return Overflow.SATURATE
+
+    # --- exponent range -----------------------------------------------------------
+    @property
+    def emin(self) -> int:
+        """Exponent of the smallest normal number (the smallest code when there are no subnormals)."""
+        return 1 - self.bias if self.subnormals else -self.bias
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest finite number's binade."""
+        top = self.top_exponent_field
+        if self.encoding is Encoding.IEEE:
+            return top - 1 - self.bias
+        if self.encoding is Encoding.FN and self.man_bits == 0:
+            return top - 1 - self.bias  # the all-ones exponent is the NaN code itself
+        return top - self.bias
+
+    @property
+    def max_mantissa_at_emax(self) -> int:
+        """Largest mantissa field usable in the top binade (FN loses the all-ones pattern to NaN)."""
+        full = (1 << self.man_bits) - 1
+        if self.encoding is Encoding.FN and self.man_bits > 0:
+            return full - 1
+        return full
+
+    # --- limits, exact and as floats ---------------------------------------------
+    @property
+    def max_finite_exact(self) -> Fraction:
+        return Fraction((1 << self.man_bits) + self.max_mantissa_at_emax) * _pow2(self.emax - self.man_bits)
+
+    @property
+    def min_normal_exact(self) -> Fraction:
+        return _pow2(self.emin)
+
+    @property
+    def min_subnormal_exact(self) -> Fraction:
+        if not self.subnormals:
+            return _pow2(self.emin)
+        return _pow2(self.emin - self.man_bits)
+
+    @property
+    def max_finite(self) -> float:
+        return float(self.max_finite_exact)
+
+    @property
+    def min_normal(self) -> float:
+        return math.ldexp(1.0, self.emin)
+
+    @property
+    def min_subnormal(self) -> float:
+        return float(self.min_subnormal_exact)
+
+    @property
+    def eps(self) -> float:
+        """ulp(1) = 2^-M: the gap between 1 and the next larger number."""
+        return math.ldexp(1.0, -self.man_bits)
+
+    @property
+    def decimal_digits(self) -> float:
+        return (self.man_bits + 1) * math.log10(2.0)
+
+    @property
+    def binades(self) -> int:
+        return self.emax - self.emin + 1
+
+    @property
+    def code_count(self) -> int:
+        return 1 << self.bits
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _pow2(e: int) -> Fraction:
+    return Fraction(2) ** e
+
+
+def _problems(fmt: FloatFormat) -> str:
+    if not isinstance(fmt.encoding, Encoding):
+        return f"encoding must be an Encoding, got {fmt.encoding!r}"
+    if fmt.exp_bits < 1:
+        return "needs at least one exponent bit"
+    if fmt.man_bits < 0:
+        return "mantissa bits cannot be negative"
+    if fmt.encoding is Encoding.IEEE and fmt.exp_bits < 2:
+        return "an IEEE-style format needs at least 2 exponent bits (one exponent is inf/NaN)"
+    if fmt.encoding is Encoding.FNUZ and not fmt.signed:
+        return "FNUZ puts NaN at the negative-zero code, so it needs a sign bit"
+    if not fmt.subnormals and fmt.man_bits != 0:
+        return "only mantissa-free (power-of-two) formats may omit subnormals"
+    if fmt.bits > 64:
+        return f"{fmt.bits} bits is wider than 64"
+    if fmt.man_bits > 52:
+        return "more than 52 mantissa bits cannot be emulated exactly in float64"
+    if fmt.encoding is Encoding.IEEE and fmt.man_bits == 0:
+        return "an IEEE-style format needs a mantissa bit to encode NaN"
+    if fmt.emax < fmt.emin:
+        return "no finite normal binade"
+    if fmt.emax > 1023 or fmt.emin < -1022:
+        return "its range does not fit inside float64, which the emulation computes in"
+    return ""

@@ -1,0 +1,194 @@
+"""Public rounding API: round_to, encode, decode, ulp, neighbours.
+
+Output dtype of round_to: the input's own dtype when it holds every value of the
+target format (float32 holds every format of 32 bits or fewer; float16 holds e5m2
+but not bf16), otherwise the narrowest of float32 and float64 that does. Type and
+device are kept: numpy in, numpy out; tensor in, tensor out on the same device;
+Python float in, Python float out.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_format
+from precisionlab.rounding import codes as _codes
+from precisionlab.rounding import engine
+from precisionlab.rounding.arrays import is_torch_tensor, unpack
+from precisionlab.rounding.modes import NanPolicy, Rounding, parse_nan, parse_overflow, parse_rounding
+
+RngLike = np.random.Generator | int | None
+
+_FP32 = get_format("fp32")
+_FP64 = get_format("fp64")
+
+
+def _rng(rng: RngLike, rounding: Rounding) -> np.random.Generator | None:
+    if rounding is not Rounding.STOCHASTIC:
+        return None
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
+
+
+def _output_container(fmt: Format, container: FloatFormat) -> FloatFormat:
+    for candidate in (container, _FP32, _FP64):
+        if engine.holds_all_values(fmt, candidate):
+            return candidate
+    return _FP64
+
+
+def _round_flat(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str | Overflow | None,
+                nan: NanPolicy, rng: np.random.Generator | None) -> tuple[np.ndarray, engine.Domain | None]:
+    """Round a flat float array; returns the values (float32/float64) and the domain used."""
+    if flat.dtype == np.float16:
+        flat = flat.astype(np.float32)
+    if isinstance(fmt, IntFormat):
+        if overflow is not None and parse_overflow(overflow) is not Overflow.SATURATE:
+            raise ValueError(f"{fmt.name} has neither inf nor NaN: integers always saturate")
+        return engine.round_int_array(flat, fmt, rounding, nan, rng), None
+    policy = fmt.default_overflow if overflow is None else parse_overflow(overflow)
+    engine.check_policies(fmt, policy)
+    dom = engine.compute_domain(fmt, flat.dtype)
+    plan = engine.FloatPlan(fmt, dom, rounding, policy, nan)
+    return engine.round_float_array(flat.astype(dom.float_dtype, copy=False), plan, rng), dom
+
+
+def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
+             overflow: str | Overflow | None = None, rng: RngLike = None, nan: str | NanPolicy = "raise") -> Any:
+    """Round every element of x once, exactly, to the nearest member of fmt under `rounding`.
+
+    overflow: None for the format's default (inf if it has inf, else NaN if it has NaN,
+    else saturate), or 'inf', 'nan', 'saturate'. nan: 'raise' (default) or 'zero', for
+    formats that have no NaN. rng: a numpy Generator or seed for stochastic rounding.
+    """
+    target = get_format(fmt)
+    mode = parse_rounding(rounding)
+    src = unpack(x)
+    values, _ = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
+    return src.rebuild(values, _output_container(target, src.container))
+
+
+def encode(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
+           overflow: str | Overflow | None = None, rng: RngLike = None, nan: str | NanPolicy = "raise") -> Any:
+    """Round x to fmt and return its codes: uint8 for formats of <= 8 bits, uint16 up to 16,
+    uint32 up to 32 (tf32: its 19-bit code in the low bits), uint64 above."""
+    target = get_format(fmt)
+    mode = parse_rounding(rounding)
+    src = unpack(x)
+    values, dom = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
+    if isinstance(target, IntFormat):
+        flat_codes = _codes.encode_int_values(values, target)
+    else:
+        assert dom is not None
+        flat_codes = _codes.encode_float_values(values, target, dom)
+    return _wrap_codes(flat_codes.reshape(src.shape), x)
+
+
+def _wrap_codes(result: np.ndarray, like: Any) -> Any:
+    if is_torch_tensor(like):
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(result)).to(like.device)
+    if isinstance(like, np.ndarray):
+        return result
+    return result.reshape(()).item() if isinstance(like, (int, float)) else result.reshape(())[()]
+
+
+def decode(codes: Any, fmt: str | Format) -> Any:
+    """Values of codes (unsigned or signed integers below 2^bits): float32 when it holds every
+    value of the format, else float64. Tensors come back as tensors on their device."""
+    target = get_format(fmt)
+    host, back = _integer_input(codes)
+    if host.size and (host.min() < 0 or int(host.max()) >= target.code_count):
+        raise ValueError(f"codes of {target.name} lie in 0..{target.code_count - 1}")
+    if isinstance(target, IntFormat):
+        values = _codes.decode_int_codes(host, target)
+    else:
+        values = _codes.decode_float(host, target)
+    return back(values)
+
+
+def _integer_input(codes: Any) -> tuple[np.ndarray, Any]:
+    if is_torch_tensor(codes):
+        if codes.dtype.is_floating_point or codes.dtype.is_complex:
+            raise TypeError(f"codes must be an integer tensor, got {codes.dtype}")
+        import torch
+
+        device = codes.device
+        host = codes.detach().cpu().to(torch.int64).numpy()
+        return host, lambda v: torch.from_numpy(np.ascontiguousarray(v)).to(device)
+    if isinstance(codes, bool):
+        raise TypeError("codes must be integers, got bool")
+    if isinstance(codes, (int, np.integer)):
+        return np.asarray(codes, dtype=np.int64), lambda v: v.reshape(()).item()
+    arr = np.asarray(codes)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"codes must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64), lambda v: v
+
+
+def ulp(x: Any, fmt: str | Format) -> Any:
+    """Grid spacing of fmt in the binade holding |x|: 2^(max(floor(log2|x|), emin) - M).
+
+    ulp(1) is fmt.eps; below the normal range it is the subnormal quantum; NaN for
+    inf/NaN input; 1 for integer formats.
+    """
+    target = get_format(fmt)
+    src = unpack(x)
+    a = np.abs(src.flat.astype(np.float64))
+    if isinstance(target, IntFormat):
+        spacing = np.where(np.isfinite(a), 1.0, np.nan)
+    else:
+        with np.errstate(divide="ignore"):
+            exponent = np.frexp(a)[1].astype(np.int64) - 1
+        exponent = np.maximum(np.where(a == 0, target.emin, exponent), target.emin)
+        spacing = np.ldexp(1.0, exponent - target.man_bits)
+        spacing[~np.isfinite(a)] = np.nan
+    return src.rebuild(spacing, _output_container(target, src.container))
+
+
+def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
+    """(largest member <= x, smallest member >= x) of fmt; both x when x is a member.
+    Beyond the largest finite value the outer neighbour is ±inf where the format has
+    inf and NaN where it has none."""
+    target = get_format(fmt)
+    value = float(x)
+    if math.isnan(value):
+        return math.nan, math.nan
+    if isinstance(target, IntFormat):
+        lo = min(max(math.floor(value), target.min_value), target.max_value)
+        hi = max(min(math.ceil(value), target.max_value), target.min_value)
+        return float(lo), float(hi)
+    magnitude = abs(value)
+    inner = round_to(magnitude, target, "toward_zero", overflow="saturate", nan="zero")
+    if math.isnan(inner):  # unsigned format, no zero: below its smallest value
+        inner = 0.0
+    if inner == magnitude:
+        outer = inner
+    else:
+        outer = _next_up(inner, target)
+    if value < 0 or (value == 0 and math.copysign(1.0, value) < 0):
+        return -outer, -inner
+    return inner, outer
+
+
+def _next_up(magnitude: float, fmt: FloatFormat) -> float:
+    """The next larger member above a non-negative member (inf / NaN past the end)."""
+    beyond = math.inf if fmt.has_inf else math.nan
+    if magnitude == 0 and not fmt.has_zero:
+        return fmt.min_subnormal
+    if magnitude >= fmt.max_finite:
+        return beyond
+    code = int(encode(magnitude, fmt)) + 1
+    if fmt.signed and code >= 1 << (fmt.bits - 1):
+        return beyond
+    value = float(decode(code, fmt))
+    return beyond if math.isnan(value) else value

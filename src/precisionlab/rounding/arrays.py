@@ -1,0 +1,102 @@
+"""Array adapters: numpy arrays, numpy / Python scalars and torch tensors in, same kind out.
+
+torch is never imported here: a tensor is recognised by its type's module, and only
+its own methods are used (detach, cpu, numpy, view, to), so importing precisionlab
+does not import torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from precisionlab.formats import FloatFormat, get_format
+
+_NUMPY_FLOATS = {np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32", np.dtype(np.float64): "fp64"}
+
+
+def is_torch_tensor(x: object) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "dtype") and hasattr(x, "device")
+
+
+@dataclass
+class Unpacked:
+    """A float input as a flat numpy array, with what is needed to rebuild its kind."""
+
+    flat: np.ndarray  # float16, float32 or float64, contiguous, 1-D
+    shape: tuple[int, ...]
+    container: FloatFormat  # the input's own format (fp16/bf16/fp32/fp64)
+    rebuild: Callable[[np.ndarray, FloatFormat], Any]
+
+
+def unpack(x: object, what: str = "input") -> Unpacked:
+    """Accept float arrays, tensors and scalars; reject integer, bool and complex data."""
+    if is_torch_tensor(x):
+        return _unpack_torch(x, what)
+    if isinstance(x, np.ndarray):
+        _check_dtype(x.dtype, what)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        return Unpacked(flat, x.shape, get_format(_NUMPY_FLOATS[x.dtype]), _rebuild_numpy(x.shape))
+    if isinstance(x, np.generic):
+        _check_dtype(x.dtype, what)
+        arr = np.asarray(x).reshape(-1)
+        return Unpacked(arr, (), get_format(_NUMPY_FLOATS[x.dtype]), lambda out, fmt: _to_dtype(out, fmt).reshape(())[()])
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"{what} must be a float array, tensor or number, got {type(x).__name__}")
+    arr = np.array([float(x)], dtype=np.float64)
+    return Unpacked(arr, (), get_format("fp64"), lambda out, fmt: float(out.reshape(-1)[0]))
+
+
+def _check_dtype(dtype: np.dtype, what: str) -> None:
+    if dtype not in _NUMPY_FLOATS:
+        raise TypeError(f"{what} must hold float16, float32 or float64 values, got dtype {dtype}")
+
+
+def _to_dtype(out: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    return out.astype(_numpy_dtype(fmt), copy=False)
+
+
+def _numpy_dtype(fmt: FloatFormat) -> np.dtype:
+    for dtype, name in _NUMPY_FLOATS.items():
+        if name == fmt.name:
+            return dtype
+    raise ValueError(f"no numpy dtype for {fmt.name}")
+
+
+def _rebuild_numpy(shape: tuple[int, ...]) -> Callable[[np.ndarray, FloatFormat], np.ndarray]:
+    def rebuild(out: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+        return _to_dtype(out, fmt).reshape(shape)
+
+    return rebuild
+
+
+_TORCH_FLOATS = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64"}
+
+
+def _unpack_torch(t: Any, what: str) -> Unpacked:
+    name = _TORCH_FLOATS.get(str(t.dtype))
+    if name is None:
+        raise TypeError(f"{what} must be a float16, bfloat16, float32 or float64 tensor, got {t.dtype}")
+    import torch  # the caller already holds a tensor, so torch is loaded
+
+    device, shape = t.device, tuple(t.shape)
+    host = t.detach().contiguous().cpu().reshape(-1)
+    if name == "bf16":
+        bits = host.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32) << np.uint32(16)
+        flat = bits.view(np.float32)
+    else:
+        flat = host.numpy()
+
+    def rebuild(out: np.ndarray, fmt: FloatFormat) -> Any:
+        if fmt.name == "bf16":
+            as32 = out.astype(np.float32, copy=False)
+            top = (as32.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(np.int16)
+            tensor = torch.from_numpy(top.copy()).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(_to_dtype(out, fmt).copy())
+        return tensor.reshape(shape).to(device)
+
+    return Unpacked(flat, shape, get_format(name), rebuild)

@@ -1,0 +1,323 @@
+"""The exact rounding engine on numpy float32 / float64 arrays.
+
+Every value is rounded once, directly from its input precision to the target, in
+the integer bit pattern of a *compute domain* (float32 or float64; float64 whenever
+the input is float64 or the format's range does not sit inside float32's):
+
+* Target-normal range (|x| >= 2^emin): the target keeps the top M of the domain's
+  Mi mantissa bits, so rounding is an integer add on the magnitude's bits followed
+  by clearing the low s = Mi - M bits. A carry runs into the exponent field, which is
+  exactly the step to the next binade.
+
+      nearest_even : add (2^(s-1) - 1) + (bit s of the input)
+      nearest_away : add 2^(s-1)
+      toward_zero  : add 0
+      stochastic   : add s uniformly random bits, so P(round up) = remainder / 2^s
+                     exactly and E[round(x)] = x.
+
+* Target-subnormal range (|x| < 2^emin): the grid is uniform with quantum
+  q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling, v is rounded to an
+  integer (rint, floor, floor + [frac >= 1/2], or floor + [u < frac] for stochastic with
+  u a float64 uniform on [0, 1), i.e. a 2^-53 resolution of the probability), and
+  the result is v * q.
+
+Then specials: NaN stays NaN where the format has one (sign kept, as ml_dtypes);
+magnitudes above max_finite and ±inf follow the overflow policy; toward_zero never
+turns a finite value into inf (IEEE 754) and so clamps to ±max_finite; FNUZ formats
+have no -0; unsigned formats give NaN for negatives, and a format without a zero code
+(ue8m0) gives NaN for 0 and its smallest value for anything smaller.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from precisionlab.formats import Encoding, FloatFormat, IntFormat, Overflow
+from precisionlab.rounding.modes import NanPolicy, Rounding
+
+CHUNK = 1 << 16
+"""Elements per chunk: small enough that a chunk's temporaries stay in cache."""
+
+PARALLEL_MIN = 1 << 20
+"""Arrays at least this large are split over a thread pool (numpy releases the GIL)."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A float dtype whose bit pattern the engine works in."""
+
+    float_dtype: type[np.floating]
+    uint_dtype: type[np.unsignedinteger]
+    man_bits: int
+    emin: int
+    emax: int
+
+    @property
+    def sign_bit(self) -> int:
+        return 1 << (self.man_bits + (8 if self.man_bits == 23 else 11))
+
+    @property
+    def inf_bits(self) -> int:
+        return (self.emax * 2 + 1) << self.man_bits
+
+
+F32 = Domain(np.float32, np.uint32, 23, -126, 127)
+F64 = Domain(np.float64, np.uint64, 52, -1022, 1023)
+
+
+def _fits(fmt: FloatFormat, dom: Domain) -> bool:
+    """True when the domain can hold every value of fmt and scale its subnormal range."""
+    if fmt.man_bits > dom.man_bits or fmt.emax > dom.emax or fmt.emin < dom.emin:
+        return False
+    return fmt.emin == dom.emin or fmt.man_bits - fmt.emin <= dom.emax
+
+
+def compute_domain(fmt: FloatFormat, dtype: np.dtype) -> Domain:
+    if dtype == np.float64 or not _fits(fmt, F32):
+        return F64
+    return F32
+
+
+def holds_all_values(fmt: FloatFormat | IntFormat, container: FloatFormat) -> bool:
+    """Whether every finite value of fmt is exactly representable in the container format."""
+    if isinstance(fmt, IntFormat):
+        return max(abs(fmt.min_value), fmt.max_value) <= 2 ** (container.man_bits + 1)
+    return (
+        fmt.man_bits <= container.man_bits
+        and fmt.emax <= container.emax
+        and fmt.min_subnormal_exact >= container.min_subnormal_exact
+    )
+
+
+# --------------------------------------------------------------------------- integer rounding
+def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.random.Generator | None) -> np.ndarray:
+    """Round v >= 0 (a float array) to integers (as floats) with the given mode, exactly."""
+    if rounding is Rounding.NEAREST_EVEN:
+        return np.rint(v)
+    floor = np.floor(v)
+    if rounding is Rounding.TOWARD_ZERO:
+        return floor
+    frac = v - floor  # exact: the fractional part of a float is representable
+    if rounding is Rounding.NEAREST_AWAY:
+        return floor + (frac >= 0.5)
+    assert rng is not None
+    return floor + (rng.random(v.shape) < frac)
+
+
+# --------------------------------------------------------------------------- float targets
+@dataclass(frozen=True)
+class FloatPlan:
+    fmt: FloatFormat
+    dom: Domain
+    rounding: Rounding
+    overflow: Overflow
+    nan: NanPolicy
+
+
+def check_policies(fmt: FloatFormat, overflow: Overflow) -> None:
+    if overflow is Overflow.INF and not fmt.has_inf:
+        raise ValueError(f"{fmt.name} has no infinity; use overflow='nan' or 'saturate'")
+    if overflow is Overflow.NAN and not fmt.has_nan:
+        raise ValueError(f"{fmt.name} has no NaN; use overflow='saturate'")
+
+
+def _effective_rounding(fmt: FloatFormat, rounding: Rounding) -> Rounding:
+    # With no mantissa bits there is no even mantissa to tie to: ties round up (away
+    # from zero), as ml_dtypes does for ue8m0 (3 -> 4, 0.75 -> 1).
+    if fmt.man_bits == 0 and rounding is Rounding.NEAREST_EVEN:
+        return Rounding.NEAREST_AWAY
+    return rounding
+
+
+def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator | None) -> np.ndarray:
+    """Round a 1-D array in the plan's domain dtype; returns a new array of that dtype."""
+    fmt, dom = plan.fmt, plan.dom
+    rounding = _effective_rounding(fmt, plan.rounding)
+    udt = dom.uint_dtype
+    u = x.view(udt)
+    mag = u & udt(dom.sign_bit - 1)
+    sign = u ^ mag
+    shift = dom.man_bits - fmt.man_bits
+    if shift > 0:
+        low_mask = udt((1 << shift) - 1)
+        if rounding is Rounding.NEAREST_EVEN:
+            r = (mag >> udt(shift)) & udt(1)
+            r += udt((1 << (shift - 1)) - 1)
+            r += mag
+        elif rounding is Rounding.NEAREST_AWAY:
+            r = mag + udt(1 << (shift - 1))
+        elif rounding is Rounding.TOWARD_ZERO:
+            r = mag.copy()
+        else:
+            assert rng is not None
+            r = rng.integers(0, 1 << shift, size=mag.shape, dtype=udt)
+            r += mag
+        r &= ~low_mask
+    else:
+        r = mag.copy()
+    out = r.view(dom.float_dtype)
+    absx = mag.view(dom.float_dtype)
+
+    if fmt.subnormals and fmt.emin > dom.emin:
+        sub = absx < math.ldexp(1.0, fmt.emin)
+        if sub.any():
+            scaled = absx[sub] * dom.float_dtype(math.ldexp(1.0, fmt.man_bits - fmt.emin))
+            rounded = round_nonnegative_to_integer(scaled, rounding, rng)
+            out[sub] = rounded * dom.float_dtype(math.ldexp(1.0, fmt.emin - fmt.man_bits))
+
+    _apply_specials(out, mag, sign, absx, plan)
+    out.view(udt)[...] |= sign
+    return out
+
+
+def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np.ndarray, plan: FloatPlan) -> None:
+    fmt, dom = plan.fmt, plan.dom
+    udt = dom.uint_dtype
+    max_finite = dom.float_dtype(fmt.max_finite)
+    is_nan = mag > udt(dom.inf_bits)
+
+    over = out > max_finite
+    if over.any():
+        np.copyto(out, _overflow_value(fmt, plan.overflow, dom), where=over)
+        if plan.rounding is Rounding.TOWARD_ZERO:
+            np.copyto(out, max_finite, where=over & (mag < udt(dom.inf_bits)))
+
+    if not fmt.subnormals:
+        # No zero code: anything smaller than the smallest value becomes it; 0 has no code.
+        smallest = dom.float_dtype(fmt.min_subnormal)
+        np.copyto(out, smallest, where=(out < smallest) & (absx > 0))
+        np.copyto(out, dom.float_dtype(np.nan), where=absx == 0)
+    if not fmt.signed:
+        negative = (sign != 0) & (absx != 0)
+        np.copyto(out, dom.float_dtype(np.nan), where=negative)
+        sign[...] = 0
+    elif not fmt.has_negative_zero:
+        sign[out == 0] = 0
+
+    if is_nan.any():
+        if fmt.has_nan:
+            np.copyto(out, dom.float_dtype(np.nan), where=is_nan)
+        elif plan.nan is NanPolicy.ZERO:
+            np.copyto(out, dom.float_dtype(0.0), where=is_nan)
+            sign[is_nan] = 0
+        else:
+            raise ValueError(
+                f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
+            )
+
+
+def _overflow_value(fmt: FloatFormat, overflow: Overflow, dom: Domain) -> np.floating:
+    if overflow is Overflow.INF:
+        return dom.float_dtype(np.inf)
+    if overflow is Overflow.NAN:
+        return dom.float_dtype(np.nan)
+    return dom.float_dtype(fmt.max_finite)
+
+
+# --------------------------------------------------------------------------- fast table path
+# For float32 input and a target of at most 8 bits, the result depends only on the top
+# 16 bits and on whether any of the low 16 bits is set: every breakpoint of the
+# target (a value or a midpoint, at most M + 1 <= 7 significant bits, inside float32's
+# exponent range) is a bf16 number. A 2^17-entry table, built once by the exact path
+# above, then rounds with four integer operations and one gather.
+TABLE_MAX_BITS = 8
+
+
+def table_applies(fmt: FloatFormat, dom: Domain, rounding: Rounding) -> bool:
+    return dom is F32 and fmt.bits <= TABLE_MAX_BITS and fmt.man_bits <= 6 and rounding is not Rounding.STOCHASTIC
+
+
+@lru_cache(maxsize=64)
+def rounding_table(plan: FloatPlan) -> np.ndarray:
+    index = np.arange(1 << 17, dtype=np.uint32)
+    representatives = ((index >> 1) << 16) | (index & 1)
+    relaxed = FloatPlan(plan.fmt, plan.dom, plan.rounding, plan.overflow, NanPolicy.ZERO)
+    return round_float_chunk(representatives.view(np.float32), relaxed, None)
+
+
+def table_index(u: np.ndarray) -> np.ndarray:
+    low = u & np.uint32(0xFFFF)
+    low += np.uint32(0xFFFF)
+    low >>= np.uint32(16)  # 1 if any low bit is set
+    idx = u >> np.uint32(15)
+    idx &= np.uint32(~1 & 0x1FFFF)
+    idx |= low
+    return idx
+
+
+def round_float_chunk_table(x: np.ndarray, plan: FloatPlan, table: np.ndarray) -> np.ndarray:
+    if not plan.fmt.has_nan and plan.nan is NanPolicy.RAISE and np.isnan(x).any():
+        raise ValueError(
+            f"{plan.fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
+        )
+    return table.take(table_index(x.view(np.uint32)))
+
+
+# --------------------------------------------------------------------------- integer targets
+def round_int_chunk(x: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanPolicy,
+                    rng: np.random.Generator | None) -> np.ndarray:
+    """Round to the integer grid with the mode, then saturate to [min_value, max_value]."""
+    is_nan = np.isnan(x)
+    if is_nan.any() and nan is NanPolicy.RAISE:
+        raise ValueError(f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0")
+    magnitude = round_nonnegative_to_integer(np.abs(x), rounding, rng)
+    out = np.copysign(magnitude, x)
+    np.clip(out, fmt.min_value, fmt.max_value, out=out)
+    out[is_nan] = 0
+    out += 0.0  # -0 -> +0: integers have one zero
+    return out
+
+
+# --------------------------------------------------------------------------- driver
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="precisionlab")
+    return _POOL
+
+
+def map_chunks(func, flat: np.ndarray, out: np.ndarray, parallel: bool) -> None:  # type: ignore[no-untyped-def]
+    """out[i:j] = func(flat[i:j]) over cache-sized chunks, on a thread pool when asked."""
+    starts = range(0, flat.size, CHUNK)
+
+    def one(start: int) -> None:
+        out[start : start + CHUNK] = func(flat[start : start + CHUNK])
+
+    if parallel and flat.size >= PARALLEL_MIN and (os.cpu_count() or 1) > 1:
+        list(_pool().map(one, starts))
+    else:
+        for start in starts:
+            one(start)
+
+
+def round_float_array(flat: np.ndarray, plan: FloatPlan, rng: np.random.Generator | None) -> np.ndarray:
+    """Round a contiguous 1-D array already in the plan's domain dtype."""
+    out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
+    if table_applies(plan.fmt, plan.dom, plan.rounding):
+        table = rounding_table(plan)
+        map_chunks(lambda c: round_float_chunk_table(c, plan, table), flat, out, parallel=True)
+    else:
+        stochastic = plan.rounding is Rounding.STOCHASTIC
+        map_chunks(lambda c: round_float_chunk(c, plan, rng), flat, out, parallel=not stochastic)
+    return out
+
+
+def round_int_array(flat: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanPolicy,
+                    rng: np.random.Generator | None) -> np.ndarray:
+    out = np.empty(flat.shape, dtype=flat.dtype)
+    stochastic = rounding is Rounding.STOCHASTIC
+    map_chunks(lambda c: round_int_chunk(c, fmt, rounding, nan, rng), flat, out, parallel=not stochastic)
+    return out
+
+
+def is_ieee_like(fmt: FloatFormat) -> bool:
+    return fmt.encoding is Encoding.IEEE
