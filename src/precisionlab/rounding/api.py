@@ -109,11 +109,12 @@ def decode(codes: Any, fmt: str | Format) -> Any:
     host, back = _integer_input(codes)
     if host.size and (host.min() < 0 or int(host.max()) >= target.code_count):
         raise ValueError(f"codes of {target.name} lie in 0..{target.code_count - 1}")
+    flat = host.reshape(-1)
     if isinstance(target, IntFormat):
-        values = _codes.decode_int_codes(host, target)
+        values = _codes.decode_int_codes(flat, target)
     else:
-        values = _codes.decode_float(host, target)
-    return back(values)
+        values = _codes.decode_float(flat, target)
+    return back(values.reshape(host.shape))
 
 
 def _integer_input(codes: Any) -> tuple[np.ndarray, Any]:

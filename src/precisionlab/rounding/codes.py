@@ -55,7 +55,7 @@ def encode_float_values(values: np.ndarray, fmt: FloatFormat, dom: Domain) -> np
     mant = ((mag_bits & udt((1 << dom.man_bits) - 1)) >> udt(shift)).astype(np.int64)
     if fmt.subnormals:
         sub = mag < float(fmt.min_normal)
-        scaled = mag[sub].astype(np.float64) * np.ldexp(1.0, M - fmt.emin)
+        scaled = np.ldexp(mag[sub].astype(np.float64), M - fmt.emin)
         mant[sub] = scaled.astype(np.int64)
         field[sub] = 0
     codes = (field << M) | mant

@@ -1,0 +1,46 @@
+"""`precisionlab run`: every registered lab, one report (results.json, index.html, PNGs)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from precisionlab.labs import all_labs
+
+
+@click.command("run")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
+              show_default=True, help="Directory for results.json, index.html and the PNG plots.")
+@click.option("--quick", is_flag=True, help="Use each lab's small, fast settings.")
+@click.option("--only", default=None, help="Comma-separated lab names to run.")
+def COMMAND(out_dir: Path, quick: bool, only: str | None) -> None:
+    """Run every lab at its default size and write one report."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from precisionlab.report.outputs import write_run
+
+    labs = all_labs()
+    if only:
+        wanted = [name.strip() for name in only.split(",") if name.strip()]
+        unknown = sorted(set(wanted) - {lab.name for lab in labs})
+        if unknown:
+            raise ValueError(f"unknown lab(s) {', '.join(unknown)}; labs: {', '.join(lab.name for lab in labs)}")
+        labs = [lab for lab in labs if lab.name in wanted]
+    console = Console(stderr=True)
+    results, timings = [], []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("labs", total=len(labs))
+        for lab in labs:
+            progress.update(task, description=f"running {lab.name}")
+            start = time.perf_counter()
+            results.append(lab.run(**(lab.quick if quick else {})))
+            timings.append(time.perf_counter() - start)
+            progress.advance(task)
+    write_run(results, out_dir)
+    for result, seconds in zip(results, timings, strict=True):
+        click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
+                   f"{len(result.findings):>4} findings  {seconds:6.2f} s")
+    click.echo(f"wrote {out_dir / 'results.json'} and {out_dir / 'index.html'}")

@@ -1,0 +1,100 @@
+"""Explain one value in one or every format: fields, code, stored value, neighbours, ulp, error.
+
+Not a registered lab (it needs a value); `precisionlab explain` renders it.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from precisionlab.formats import FloatFormat, Format, IntFormat, get_format, list_formats
+from precisionlab.labs.result import LabResult, Scalar, Table
+from precisionlab.rounding import decode, encode, neighbours, round_to, ulp
+
+COLUMNS = ["format", "sign", "exponent", "mantissa", "code", "stored", "below", "above", "ulp", "abs error",
+           "rel error"]
+
+
+def parse_value(text: str) -> tuple[float | None, int | None]:
+    """'0x7e' is a code; anything else must parse as a real number."""
+    stripped = text.strip().lower()
+    if stripped.startswith(("0x", "-0x")) and not stripped.startswith("-"):
+        try:
+            return None, int(stripped, 16)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a hexadecimal code") from None
+    try:
+        return float(stripped), None
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number (or a hexadecimal code such as 0x7e)") from None
+
+
+def split_fields(code: int, fmt: Format) -> tuple[str, str, str]:
+    bits = format(code, f"0{fmt.bits}b")
+    if isinstance(fmt, IntFormat):
+        return "", "", bits
+    sign = bits[0] if fmt.signed else ""
+    rest = bits[1:] if fmt.signed else bits
+    return sign, rest[: fmt.exp_bits], rest[fmt.exp_bits :]
+
+
+def explain_row(value: float, fmt: Format, rounding: str, overflow: str | None) -> list[Scalar]:
+    code = int(encode(value, fmt, rounding=rounding, overflow=overflow, nan="zero"))
+    stored = float(round_to(value, fmt, rounding=rounding, overflow=overflow, nan="zero"))
+    below, above = neighbours(value, fmt)
+    sign, exponent, mantissa = split_fields(code, fmt)
+    abs_err: float = math.nan
+    rel_err: float = math.nan
+    if math.isfinite(value) and math.isfinite(stored):
+        err = Fraction(stored) - Fraction(value)
+        abs_err = float(abs(err))
+        rel_err = float(abs(err) / abs(Fraction(value))) if value != 0 else 0.0
+    width = (fmt.bits + 3) // 4
+    return [fmt.name, sign, exponent, mantissa, f"0x{code:0{width}x}", stored, below, above,
+            float(ulp(value, fmt)), abs_err, rel_err]
+
+
+def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even",
+            overflow: str | None = None) -> LabResult:
+    value, code = parse_value(text)
+    formats = list_formats() if format_spec == "all" else [get_format(format_spec)]
+    if code is not None:
+        if len(formats) != 1:
+            raise ValueError("a code belongs to one format: pass --format NAME, not all")
+        fmt = formats[0]
+        decoded = float(decode(code, fmt))
+        sign, exponent, mantissa = split_fields(code, fmt)
+        kind = _kind(decoded, code, fmt)
+        table = Table(key="decode", title=f"Code {text} in {fmt.name}",
+                      columns=["format", "code", "sign", "exponent", "mantissa", "value", "class"],
+                      rows=[[fmt.name, f"0x{code:x}", sign, exponent, mantissa, decoded, kind]],
+                      formats={"value": ".17g"})
+        return LabResult(name="explain", title=f"explain {text}", sections=[table],
+                         findings={"value": decoded})
+    assert value is not None
+    rows = []
+    for fmt in formats:
+        if isinstance(fmt, FloatFormat) and math.isnan(value) and not fmt.has_nan:
+            continue
+        rows.append(explain_row(value, fmt, rounding, overflow if fmt.is_float else None))
+    table = Table(
+        key="explain",
+        title=f"{text} rounded ({rounding}) to {format_spec}",
+        columns=COLUMNS,
+        rows=rows,
+        note="below/above: the representable neighbours enclosing the value; ulp: grid spacing at the value; "
+             "errors are exact (rational arithmetic) against the decimal value as parsed to float64.",
+        formats={"stored": ".10g", "below": ".10g", "above": ".10g", "ulp": ".4g", "abs error": ".4g",
+                 "rel error": ".4g"},
+    )
+    return LabResult(name="explain", title=f"explain {text}", sections=[table],
+                     findings={f"stored.{r[0]}": r[5] for r in rows})
+
+
+def _kind(value: float, code: int, fmt: Format) -> str:
+    if isinstance(fmt, IntFormat):
+        return "integer"
+    from precisionlab.labs.formats_table import code_class
+
+    return code_class(value, code, fmt)
