@@ -116,7 +116,7 @@ def _lookup(spec: str) -> Format:
 
 
 def _default_bias(exp_bits: int, encoding: Encoding) -> int:
-    half = 1 << (exp_bits - 1)
+    half = 1 << max(exp_bits - 1, 0)
     return half if encoding is Encoding.FNUZ else half - 1
 
 

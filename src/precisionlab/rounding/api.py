@@ -107,7 +107,7 @@ def decode(codes: Any, fmt: str | Format) -> Any:
     value of the format, else float64. Tensors come back as tensors on their device."""
     target = get_format(fmt)
     host, back = _integer_input(codes)
-    if host.size and (host.min() < 0 or int(host.max()) >= target.code_count):
+    if host.size and (int(host.min()) < 0 or int(host.max()) >= target.code_count):
         raise ValueError(f"codes of {target.name} lie in 0..{target.code_count - 1}")
     flat = host.reshape(-1)
     if isinstance(target, IntFormat):
@@ -129,11 +129,13 @@ def _integer_input(codes: Any) -> tuple[np.ndarray, Any]:
     if isinstance(codes, bool):
         raise TypeError("codes must be integers, got bool")
     if isinstance(codes, (int, np.integer)):
-        return np.asarray(codes, dtype=np.int64), lambda v: v.reshape(()).item()
+        if not 0 <= int(codes) < 1 << 64:
+            raise ValueError(f"code {codes} is negative or wider than 64 bits")
+        return np.asarray(int(codes), dtype=np.uint64), lambda v: v.reshape(()).item()
     arr = np.asarray(codes)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"codes must be integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64), lambda v: v
+    return arr.astype(np.uint64 if arr.dtype.kind == "u" else np.int64), lambda v: v
 
 
 def ulp(x: Any, fmt: str | Format) -> Any:
