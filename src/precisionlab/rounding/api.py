@@ -23,6 +23,13 @@ from precisionlab.rounding.modes import NanPolicy, Rounding, parse_nan, parse_ov
 RngLike = np.random.Generator | int | None
 
 _FP32 = get_format("fp32")
+_TORCH_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+
+
+def _torch_float32() -> Any:
+    import torch
+
+    return torch.float32
 _FP64 = get_format("fp64")
 
 
@@ -71,6 +78,17 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
     """
     target = get_format(fmt)
     mode = parse_rounding(rounding)
+    if is_torch_tensor(x):
+        from precisionlab.rounding import torch_path
+
+        if torch_path.applies(x, target, mode):
+            assert isinstance(target, FloatFormat)
+            policy = target.default_overflow if overflow is None else parse_overflow(overflow)
+            engine.check_policies(target, policy)
+            container = get_format(_TORCH_NAMES[str(x.dtype)])
+            assert isinstance(container, FloatFormat)
+            out_dtype = getattr(x, "dtype") if _output_container(target, container) is container else _torch_float32()
+            return torch_path.round_tensor(x, target, policy, out_dtype)
     src = unpack(x)
     values, _ = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
     return src.rebuild(values, _output_container(target, src.container))

@@ -94,9 +94,9 @@ def _unpack_torch(t: Any, what: str) -> Unpacked:
         if fmt.name == "bf16":
             as32 = out.astype(np.float32, copy=False)
             top = (as32.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(np.int16)
-            tensor = torch.from_numpy(top.copy()).view(torch.bfloat16)
+            tensor = torch.from_numpy(top).view(torch.bfloat16)
         else:
-            tensor = torch.from_numpy(_to_dtype(out, fmt).copy())
+            tensor = torch.from_numpy(np.ascontiguousarray(_to_dtype(out, fmt)))
         return tensor.reshape(shape).to(device)
 
     return Unpacked(flat, shape, get_format(name), rebuild)
