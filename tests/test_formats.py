@@ -124,7 +124,7 @@ def test_impossible_custom_formats(spec: str) -> None:
 
 
 def test_unknown_name_lists_close_matches() -> None:
-    with pytest.raises(ValueError, match="did you mean.*e4m3"):
+    with pytest.raises(ValueError, match=r"did you mean.*e4m3"):
         pl.get_format("e4m4x")
     with pytest.raises(TypeError):
         pl.get_format(3)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from precisionlab.formats.registry import (
     INT_FORMATS,
     Format,
     format_names,
+    get_float_format,
     get_format,
     list_formats,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "IntFormat",
     "Overflow",
     "format_names",
+    "get_float_format",
     "get_format",
     "list_formats",
 ]

@@ -51,7 +51,8 @@ FLOAT_FORMATS: tuple[FloatFormat, ...] = tuple(f for f, _ in _FLOATS)
 INT_FORMATS: tuple[IntFormat, ...] = tuple(f for f, _ in _INTS)
 
 _BY_NAME: dict[str, Format] = {}
-for _fmt, _aliases in (*_FLOATS, *_INTS):
+_ENTRIES: tuple[tuple[Format, tuple[str, ...]], ...] = (*_FLOATS, *_INTS)
+for _fmt, _aliases in _ENTRIES:
     for _name in (_fmt.name, *_aliases):
         _BY_NAME[_name] = _fmt
 
@@ -91,6 +92,14 @@ def get_format(spec: str | Format, *, bias: int | None = None, encoding: str | E
     new_bias = bias if bias is not None else _default_bias(fmt.exp_bits, enc)
     name = f"{'u' if not fmt.signed else ''}e{fmt.exp_bits}m{fmt.man_bits}b{new_bias}{enc.value}"
     return dataclasses.replace(fmt, name=name, bias=new_bias, encoding=enc)
+
+
+def get_float_format(spec: str | Format) -> FloatFormat:
+    """get_format for callers that need a float format; an integer format is a TypeError."""
+    fmt = get_format(spec)
+    if not isinstance(fmt, FloatFormat):
+        raise TypeError(f"{fmt.name} is an integer format; a float format is needed here")
+    return fmt
 
 
 def _lookup(spec: str) -> Format:

@@ -33,7 +33,9 @@ class Table:
     def __post_init__(self) -> None:
         for row in self.rows:
             if len(row) != len(self.columns):
-                raise ValueError(f"table {self.key!r}: row {row!r} has {len(row)} cells for {len(self.columns)} columns")
+                raise ValueError(
+                    f"table {self.key!r}: row {row!r} has {len(row)} cells for {len(self.columns)} columns"
+                )
 
     def column(self, name: str) -> list[Scalar]:
         index = self.columns.index(name)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_format
+from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_float_format, get_format
 from precisionlab.rounding import codes as _codes
 from precisionlab.rounding import engine
 from precisionlab.rounding.arrays import is_torch_tensor, unpack
@@ -22,7 +22,7 @@ from precisionlab.rounding.modes import NanPolicy, Rounding, parse_nan, parse_ov
 
 RngLike = np.random.Generator | int | None
 
-_FP32 = get_format("fp32")
+_FP32 = get_float_format("fp32")
 _TORCH_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 
@@ -30,7 +30,7 @@ def _torch_float32() -> Any:
     import torch
 
     return torch.float32
-_FP64 = get_format("fp64")
+_FP64 = get_float_format("fp64")
 
 
 def _rng(rng: RngLike, rounding: Rounding) -> np.random.Generator | None:
@@ -85,9 +85,8 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
             assert isinstance(target, FloatFormat)
             policy = target.default_overflow if overflow is None else parse_overflow(overflow)
             engine.check_policies(target, policy)
-            container = get_format(_TORCH_NAMES[str(x.dtype)])
-            assert isinstance(container, FloatFormat)
-            out_dtype = getattr(x, "dtype") if _output_container(target, container) is container else _torch_float32()
+            container = get_float_format(_TORCH_NAMES[str(x.dtype)])
+            out_dtype = x.dtype if _output_container(target, container) is container else _torch_float32()
             return torch_path.round_tensor(x, target, policy, out_dtype)
     src = unpack(x)
     values, _ = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
@@ -192,10 +191,7 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
     inner = round_to(magnitude, target, "toward_zero", overflow="saturate", nan="zero")
     if math.isnan(inner):  # unsigned format, no zero: below its smallest value
         inner = 0.0
-    if inner == magnitude:
-        outer = inner
-    else:
-        outer = _next_up(inner, target)
+    outer = inner if inner == magnitude else _next_up(inner, target)
     if value < 0 or (value == 0 and math.copysign(1.0, value) < 0):
         return -outer, -inner
     return inner, outer

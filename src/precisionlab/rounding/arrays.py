@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.formats import FloatFormat, get_format
+from precisionlab.formats import FloatFormat, get_float_format
 
-_NUMPY_FLOATS = {np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32", np.dtype(np.float64): "fp64"}
+_NUMPY_FLOATS: dict[np.dtype, str] = {
+    np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32", np.dtype(np.float64): "fp64",
+}
 
 
 def is_torch_tensor(x: object) -> bool:
@@ -39,15 +41,16 @@ def unpack(x: object, what: str = "input") -> Unpacked:
     if isinstance(x, np.ndarray):
         _check_dtype(x.dtype, what)
         flat = np.ascontiguousarray(x).reshape(-1)
-        return Unpacked(flat, x.shape, get_format(_NUMPY_FLOATS[x.dtype]), _rebuild_numpy(x.shape))
+        return Unpacked(flat, x.shape, get_float_format(_NUMPY_FLOATS[x.dtype]), _rebuild_numpy(x.shape))
     if isinstance(x, np.generic):
         _check_dtype(x.dtype, what)
         arr = np.asarray(x).reshape(-1)
-        return Unpacked(arr, (), get_format(_NUMPY_FLOATS[x.dtype]), lambda out, fmt: _to_dtype(out, fmt).reshape(())[()])
+        container = get_float_format(_NUMPY_FLOATS[x.dtype])
+        return Unpacked(arr, (), container, lambda out, fmt: _to_dtype(out, fmt).reshape(())[()])
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise TypeError(f"{what} must be a float array, tensor or number, got {type(x).__name__}")
     arr = np.array([float(x)], dtype=np.float64)
-    return Unpacked(arr, (), get_format("fp64"), lambda out, fmt: float(out.reshape(-1)[0]))
+    return Unpacked(arr, (), get_float_format("fp64"), lambda out, fmt: float(out.reshape(-1)[0]))
 
 
 def _check_dtype(dtype: np.dtype, what: str) -> None:
@@ -99,4 +102,4 @@ def _unpack_torch(t: Any, what: str) -> Unpacked:
             tensor = torch.from_numpy(np.ascontiguousarray(_to_dtype(out, fmt)))
         return tensor.reshape(shape).to(device)
 
-    return Unpacked(flat, shape, get_format(name), rebuild)
+    return Unpacked(flat, shape, get_float_format(name), rebuild)

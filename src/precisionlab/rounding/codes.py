@@ -124,9 +124,10 @@ def decode_float(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     out_dtype = value_dtype(fmt)
     if fmt.bits <= 16:
         return decode_table(fmt).take(codes.astype(np.intp))
-    if fmt.name == "fp32" or (fmt.bits == 32 and fmt.exp_bits == 8 and fmt.bias == 127 and fmt.encoding is Encoding.IEEE):
+    ieee = fmt.encoding is Encoding.IEEE and fmt.signed
+    if ieee and (fmt.exp_bits, fmt.man_bits, fmt.bias) == (8, 23, 127):
         return codes.astype(np.uint32).view(np.float32).copy()
-    if fmt.bits == 64 and fmt.exp_bits == 11 and fmt.bias == 1023 and fmt.encoding is Encoding.IEEE:
+    if ieee and (fmt.exp_bits, fmt.man_bits, fmt.bias) == (11, 52, 1023):
         return codes.astype(np.uint64).view(np.float64).copy()
     return decode_float_codes(codes, fmt).astype(out_dtype)
 

@@ -1,0 +1,112 @@
+"""Codebook (lookup-table) formats: a code is an index into a fixed table of values.
+
+NF4 (NormalFloat4, QLoRA, Dettmers et al. 2023) puts its 16 values at quantiles of the
+standard normal distribution, so that weights that are normally distributed and scaled
+by their block's absmax use every code about equally often. Following bitsandbytes'
+`create_normal_map(offset=0.9677083, use_extra_value=True)`:
+
+    positive[i] = Phi^-1(p_i),   p = linspace(offset, 1/2, 9)[:-1]     (8 values)
+    negative[i] = -Phi^-1(q_i),  q = linspace(offset, 1/2, 8)[:-1]     (7 values)
+    values      = sort(positive + [0] + negative) / max|.|              (16 values, in [-1, 1])
+
+The asymmetry (8 positive, 7 negative, one exact zero) spends all 16 codes while keeping
+zero exact. The values are computed here, not typed in; they are rounded to float32 as
+bitsandbytes stores them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from statistics import NormalDist
+
+import numpy as np
+
+NF4_OFFSET = 0.9677083
+"""bitsandbytes' quantile offset: the midpoint between the 1 - 1/(2*15) and 1 - 1/(2*16) quantiles."""
+
+
+def _linspace(start: float, stop: float, count: int) -> list[float]:
+    step = (stop - start) / (count - 1)
+    return [start + i * step for i in range(count)]
+
+
+def normal_float_values(offset: float = NF4_OFFSET) -> tuple[float, ...]:
+    """The 16 NF4 values (float32-rounded, ascending), from normal quantiles."""
+    phi_inv = NormalDist().inv_cdf
+    positive = [phi_inv(p) for p in _linspace(offset, 0.5, 9)[:-1]]
+    negative = [-phi_inv(p) for p in _linspace(offset, 0.5, 8)[:-1]]
+    values = sorted([*positive, 0.0, *negative])
+    top = max(abs(v) for v in values)
+    return tuple(float(np.float32(v / top)) for v in values)
+
+
+@dataclass(frozen=True)
+class CodebookFormat:
+    """A format whose code k stands for values[k] (ascending). Quantization picks the nearest value."""
+
+    name: str
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.values) < 2 or (len(self.values) & (len(self.values) - 1)):
+            raise ValueError(f"codebook {self.name!r} needs a power-of-two number of values, got {len(self.values)}")
+        if list(self.values) != sorted(self.values):
+            raise ValueError(f"codebook {self.name!r} values must be ascending")
+
+    @property
+    def bits(self) -> int:
+        return (len(self.values) - 1).bit_length()
+
+    @property
+    def is_float(self) -> bool:
+        return False
+
+    @property
+    def max_finite(self) -> float:
+        return max(abs(v) for v in self.values)
+
+    @property
+    def has_inf(self) -> bool:
+        return False
+
+    @property
+    def has_nan(self) -> bool:
+        return False
+
+    @property
+    def code_count(self) -> int:
+        return len(self.values)
+
+    @cached_property
+    def table(self) -> np.ndarray:
+        """The values as a float32 array indexed by code."""
+        return np.asarray(self.values, dtype=np.float32)
+
+    @cached_property
+    def midpoints(self) -> np.ndarray:
+        """Decision boundaries between neighbouring values (float32)."""
+        t = self.table.astype(np.float64)
+        return ((t[1:] + t[:-1]) / 2).astype(np.float32)
+
+    def encode(self, v: np.ndarray) -> np.ndarray:
+        """Code of the nearest value to each element of v; a tie goes to the smaller value."""
+        return np.searchsorted(self.midpoints, v, side="left").astype(np.uint8)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        return self.table[codes]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+NF4 = CodebookFormat("nf4", normal_float_values())
+
+CODEBOOKS: dict[str, CodebookFormat] = {"nf4": NF4}
+
+
+def get_codebook(name: str) -> CodebookFormat:
+    key = name.strip().lower()
+    if key not in CODEBOOKS:
+        raise ValueError(f"unknown codebook format {name!r}; codebooks: {', '.join(CODEBOOKS)}")
+    return CODEBOOKS[key]

@@ -1,0 +1,41 @@
+"""The result model and its renderers: strict JSON, validation, CSV, HTML escaping."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from precisionlab.labs.result import Figure, LabResult, Series, Table, jsonable
+from precisionlab.report.outputs import dumps, render_html, table_csv
+
+
+def test_json_is_strict_with_non_finite_as_strings() -> None:
+    result = LabResult("demo", "Demo", sections=[Table("t", "T", ["a", "b"], [[math.inf, np.float32(1.5)],
+                                                                            [-math.inf, math.nan]])],
+                       findings={"x.fp16": math.nan, "n": np.int64(3), "ok": True})
+    text = dumps(result.to_dict())
+    data = json.loads(text)
+    assert data["sections"][0]["rows"] == [["inf", 1.5], ["-inf", "nan"]]
+    assert data["findings"] == {"x.fp16": "nan", "n": 3, "ok": True}
+    with pytest.raises(ValueError):
+        json.dumps({"x": math.nan}, allow_nan=False)  # what dumps() would refuse without jsonable
+
+
+def test_jsonable_handles_numpy_arrays() -> None:
+    assert jsonable({"a": np.array([1.0, np.inf])}) == {"a": [1.0, "inf"]}
+
+
+def test_table_rejects_ragged_rows() -> None:
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        Table("t", "T", ["a", "b", "c"], [[1, 2]])
+
+
+def test_csv_and_html() -> None:
+    table = Table("t", "T <x>", ["name", "v"], [["a&b", math.nan], ["c", None]])
+    assert table_csv(table) == "name,v\na&b,nan\nc,\n"
+    page = render_html([LabResult("lab", "Lab", sections=[table],
+                                  figures=[Figure("f", "F", "x", "y", [Series("s", [1], [2])])])])
+    assert "T &lt;x&gt;" in page and "a&amp;b" in page and "lab_f.png" in page
