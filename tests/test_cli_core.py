@@ -68,6 +68,13 @@ def test_explain_all_and_modes(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert away["findings"]["stored.tf32"] == 1 + 2.0**-10
 
 
+def test_explain_negative_values_need_no_separator(run_cli) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(run_cli("explain", "-3.5", "-f", "e2m1", "--json").output)
+    row = dict(zip(data["sections"][0]["columns"], data["sections"][0]["rows"][0], strict=True))
+    # -3.5 is the midpoint of -3 (mantissa 1, odd) and -4 (mantissa 0, even): ties to even give -4
+    assert (row["stored"], row["below"], row["above"], row["code"]) == (-4.0, -4.0, -3.0, "0xe")
+
+
 def test_explain_decodes_a_code(run_cli) -> None:  # type: ignore[no-untyped-def]
     data = json.loads(run_cli("explain", "0x7e", "--format", "e4m3", "--json").output)
     assert data["findings"]["value"] == 448.0

@@ -10,7 +10,7 @@ from precisionlab.cli.common import emit, lab_output_options
 from precisionlab.labs.explain import explain
 
 
-@click.command("explain")
+@click.command("explain", context_settings={"ignore_unknown_options": True})
 @click.argument("value")
 @click.option("--format", "-f", "format_spec", default="bf16", show_default=True,
               help="Format name, custom e<E>m<M>, or 'all'.")

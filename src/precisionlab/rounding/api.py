@@ -187,12 +187,15 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
         lo = min(max(math.floor(value), target.min_value), target.max_value)
         hi = max(min(math.ceil(value), target.max_value), target.min_value)
         return float(lo), float(hi)
+    if value == 0:
+        zero = float(round_to(value, target, nan="zero"))
+        return zero, zero
     magnitude = abs(value)
     inner = round_to(magnitude, target, "toward_zero", overflow="saturate", nan="zero")
     if math.isnan(inner):  # unsigned format, no zero: below its smallest value
         inner = 0.0
     outer = inner if inner == magnitude else _next_up(inner, target)
-    if value < 0 or (value == 0 and math.copysign(1.0, value) < 0):
+    if value < 0:
         return -outer, -inner
     return inner, outer
 
