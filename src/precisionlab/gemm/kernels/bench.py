@@ -1,0 +1,258 @@
+"""Build, check and time every GPU variant on a CUDA device: Triton kernels and library paths.
+
+Each row is timed with triton.testing.do_bench (median after warm-up) on random inputs in
+(0, 1] (never zero) and checked against the float64 product of the fp32 inputs, with the
+tolerance rule of the CPU emulation (precisionlab.gemm.emulate.tolerance). Ceilings are
+measured on the same device: copy bandwidth (torch copy_) and the best torch.matmul rate
+per precision. Nothing here runs without CUDA: `require_cuda()` raises a one-line error.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import triton
+import triton.testing
+
+from precisionlab.gemm.emulate import accumulate, store, tolerance
+from precisionlab.gemm.kernels.axpy import axpy
+from precisionlab.gemm.kernels.matmul import SCALE_BLOCK, matmul_dot, matmul_fma, matmul_fp8_blockscaled
+from precisionlab.gemm.variants import A_BLOCK, B_BLOCK, PROMOTE_EVERY, Variant, narrow_accumulator
+
+AXPY_ALPHA = 0.5
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = float(torch.finfo(E4M3).max)
+
+
+def require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise ValueError("no CUDA device: the GPU backend needs one (use --backend cpu)")
+
+
+def median_ms(fn: Callable[[], Any]) -> float:
+    """Median milliseconds per call (triton.testing.do_bench: warm-up, cache flush, repeats)."""
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+@dataclass
+class GpuRow:
+    """One timed GPU kernel. precision: the math unit whose measured ceiling applies."""
+
+    name: str
+    kind: str
+    precision: str
+    shape: str
+    ms: float
+    flops: float
+    bytes: float
+    max_rel_err: float | None = None
+    tolerance: float | None = None
+    expected_to_fail: bool = False
+    note: str = ""
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / self.ms / 1e9
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.ms / 1e6
+
+    @property
+    def passed(self) -> bool | None:
+        if self.max_rel_err is None or self.tolerance is None:
+            return None
+        return self.max_rel_err <= self.tolerance
+
+
+@dataclass
+class BenchReport:
+    device: str
+    rows: list[GpuRow] = field(default_factory=list)
+    copy_gbps: float = 0.0
+    accumulation: list[tuple[str, float]] = field(default_factory=list)
+    """(label, max rel err) of fp8 dots with and without promotion, GPU and emulated."""
+
+    def best_tflops(self, precision: str) -> float | None:
+        """Measured compute ceiling: the best torch.matmul rate at this precision."""
+        rates = [r.tflops for r in self.rows if r.kind == "torch" and r.precision == precision and r.flops > 0
+                 and not r.shape.startswith("1x") and np.isfinite(r.ms)]
+        return max(rates) if rates else None
+
+    def fraction_of_ceiling(self, row: GpuRow) -> float | None:
+        """Achieved / attainable under the measured roofs: min(best rate, intensity × copy bandwidth)."""
+        if row.flops == 0:
+            return row.gbps / self.copy_gbps if self.copy_gbps else None
+        peak = self.best_tflops(row.precision)
+        memory_roof = (row.flops / row.bytes) * self.copy_gbps / 1e3
+        roof = memory_roof if peak is None else min(peak, memory_roof)
+        return row.tflops / roof if roof else None
+
+
+def _inputs(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = 1.0 - torch.rand((m, k), generator=gen, device="cuda")
+    b = 1.0 - torch.rand((k, n), generator=gen, device="cuda")
+    return a, b
+
+
+def _max_rel(c: torch.Tensor, ref: torch.Tensor) -> float:
+    return float(((c.double() - ref).abs() / ref.abs()).max())
+
+
+def _tensor_scaled(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x / s saturated to e4m3, s) with s = amax / 448 in fp32 (the emulation's rule)."""
+    scale = (x.abs().amax() / E4M3_MAX).float().reshape(1)
+    return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
+
+
+def _block_scaled(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, cols = x.shape
+    bm, bk = block
+    amax = x.abs().reshape(rows // bm, bm, cols // bk, bk).amax(dim=(1, 3))
+    scales = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).float()
+    grown = scales.repeat_interleave(bm, 0).repeat_interleave(bk, 1)
+    return (x / grown).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
+
+
+def gemm_rows(size: int, fma_size: int, seed: int = 0) -> list[GpuRow]:
+    """Square GEMM rows (size³), the fp32-FMA kernel at fma_size³ (it is slow by design)."""
+    if size % SCALE_BLOCK or fma_size % SCALE_BLOCK:
+        raise ValueError(f"GPU sizes must be multiples of {SCALE_BLOCK}")
+    rows: list[GpuRow] = []
+    a, b = _inputs(size, size, size, seed)
+    ref = a.double() @ b.double()
+    flops = 2.0 * size**3
+    shape = f"{size}x{size}x{size}"
+
+    def add(name: str, kind: str, precision: str, storage: str, fn: Callable[[], torch.Tensor], width: float,
+            expected_to_fail: bool = False) -> None:
+        c = fn()
+        torch.cuda.synchronize()
+        moved = (2 * size * size) * width + size * size * 4
+        rows.append(GpuRow(name, kind, precision, shape, median_ms(fn), flops, moved, _max_rel(c, ref),
+                           tolerance(Variant(name, storage), size), expected_to_fail))
+
+    a16, b16 = a.half(), b.half()
+    ab, bb = a.bfloat16(), b.bfloat16()
+    add("triton_dot_tf32", "triton", "tf32", "tf32", lambda: matmul_dot(a, b, input_precision="tf32"), 4)
+    add("triton_dot_fp16", "triton", "fp16", "fp16", lambda: matmul_dot(a16, b16), 2)
+    add("triton_dot_bf16", "triton", "bf16", "bf16", lambda: matmul_dot(ab, bb), 2)
+    add("triton_dot_fp16_acc16", "triton", "fp16", "fp16", lambda: matmul_dot(a16, b16, acc_fp16=True), 2,
+        expected_to_fail=True)
+    a8, sa = _tensor_scaled(a)
+    b8, sb = _tensor_scaled(b)
+    scale = (sa * sb).float()
+    add("triton_dot_e4m3_tensor", "triton", "fp8", "e4m3", lambda: matmul_dot(a8, b8, scale=scale), 1)
+    ab8, sab = _block_scaled(a, A_BLOCK)
+    bb8, sbb = _block_scaled(b, B_BLOCK)
+    add("triton_e4m3_block", "triton", "fp8", "e4m3", lambda: matmul_fp8_blockscaled(ab8, sab, bb8, sbb), 1)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    add("torch_fp32", "torch", "fp32", "fp32", lambda: a @ b, 4)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    add("torch_tf32", "torch", "tf32", "tf32", lambda: a @ b, 4)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    add("torch_fp16", "torch", "fp16", "fp16", lambda: (a16 @ b16).float(), 2)
+    add("torch_bf16", "torch", "bf16", "bf16", lambda: (ab @ bb).float(), 2)
+    b8_col = b8.t().contiguous().t()
+
+    def scaled_mm() -> torch.Tensor:
+        out = torch._scaled_mm(a8, b8_col, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        return out[0] if isinstance(out, tuple) else out
+
+    try:
+        add("torch_scaled_mm_e4m3", "torch", "fp8", "e4m3", scaled_mm, 1)
+    except (RuntimeError, TypeError) as exc:
+        rows.append(GpuRow("torch_scaled_mm_e4m3", "torch", "fp8", shape, float("nan"), flops, 0.0,
+                           note=f"unavailable: {str(exc).splitlines()[0][:80]}"))
+    fa, fb = _inputs(fma_size, fma_size, fma_size, seed)
+    fref = fa.double() @ fb.double()
+    fshape = f"{fma_size}x{fma_size}x{fma_size}"
+    pairs = {"fp32": (fa, fb), "fp16": (fa.half(), fb.half()), "bf16": (fa.bfloat16(), fb.bfloat16())}
+    for storage, (x, y) in pairs.items():
+        c = matmul_fma(x, y)
+        torch.cuda.synchronize()
+        width = x.element_size()
+        rows.append(GpuRow(f"triton_fma_{storage}", "triton", "fp32", fshape,
+                           median_ms(functools.partial(matmul_fma, x, y)), 2.0 * fma_size**3,
+                           2 * fma_size * fma_size * width + fma_size * fma_size * 4, _max_rel(c, fref),
+                           tolerance(Variant(storage, storage), fma_size), note="fp32 FMAs, no tensor cores"))
+    return rows
+
+
+def gemv_rows(n: int, seed: int = 0) -> list[GpuRow]:
+    """Decode-like GEMV (M = 1): memory-bound, where storage width sets the time."""
+    a, b = _inputs(1, n, n, seed)
+    ref = a.double() @ b.double()
+    rows = []
+    for storage, dtype in {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.items():
+        x, y = a.to(dtype), b.to(dtype)
+        c = (x @ y).float()
+        rows.append(GpuRow(f"torch_gemv_{storage}", "torch", storage, f"1x{n}x{n}",
+                           median_ms(functools.partial(torch.matmul, x, y)), 2.0 * n * n,
+                           (n + n * n) * x.element_size() + 4 * n, _max_rel(c, ref),
+                           tolerance(Variant(storage, storage), n)))
+    return rows
+
+
+def axpy_rows(n: int = 1 << 24) -> tuple[list[GpuRow], float]:
+    """Triton and torch axpy in fp32/fp16/bf16, plus the copy bandwidth (torch copy_, fp32)."""
+    src = torch.rand(n, device="cuda")
+    dst = torch.empty_like(src)
+    copy_gbps = 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src)) / 1e6
+    rows = []
+    for name, dtype in {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.items():
+        x = (1.0 - torch.rand(n, device="cuda")).to(dtype)
+        y = (1.0 - torch.rand(n, device="cuda")).to(dtype)
+        expect = (AXPY_ALPHA * x.float() + y.float()).to(dtype)
+        axpy(AXPY_ALPHA, x, y)
+        err = float((y.float() - expect.float()).abs().max())
+        moved = 3.0 * n * x.element_size()
+        ms = median_ms(functools.partial(axpy, AXPY_ALPHA, x, y))
+        rows.append(GpuRow(f"triton_axpy_{name}", "triton", name, str(n), ms, 0.0, moved, err, 0.0))
+        rows.append(GpuRow(f"torch_axpy_{name}", "torch", name, str(n),
+                           median_ms(functools.partial(y.add_, x, alpha=AXPY_ALPHA)), 0.0, moved))
+    return rows, copy_gbps
+
+
+def accumulation_study(k: int = 4096, outputs: int = 64, seed: int = 0, acc_bits: int = 14) -> list[tuple[str, float]]:
+    """fp8 dot with max_num_imprecise_acc = K (never promote) and = 128, against the CPU emulation of a
+    narrow (acc_bits, truncating) accumulator without and with promotion, on the same inputs."""
+    a, b = _inputs(outputs, outputs, k, seed)
+    ref = a.double() @ b.double()
+    a8, sa = _tensor_scaled(a)
+    b8, sb = _tensor_scaled(b)
+    scale = (sa * sb).float()
+    out = []
+    for label, imprecise in (("triton max_num_imprecise_acc=K", k), ("triton max_num_imprecise_acc=128", 128),
+                             ("triton default", None)):
+        c = matmul_dot(a8, b8, scale=scale, max_num_imprecise_acc=imprecise, block_m=64, block_n=64, block_k=128)
+        out.append((label, _max_rel(c, ref)))
+    a_np, b_np = a.cpu().numpy(), b.cpu().numpy()
+    narrow = narrow_accumulator(acc_bits)
+    for label, promote in (("emulated, no promotion", None), (f"emulated, promotion every {PROMOTE_EVERY}",
+                                                               PROMOTE_EVERY)):
+        variant = Variant("acc", "e4m3", accumulator=narrow, scaling="tensor", promote_every=promote,
+                          acc_rounding="toward_zero")
+        c_np = accumulate(store(a_np, b_np, variant), variant)[k]
+        err = float(np.max(np.abs(c_np - ref.cpu().numpy()) / np.abs(ref.cpu().numpy())))
+        out.append((label, err))
+    return out
+
+
+def run_all(size: int = 8192, fma_size: int = 4096, gemv_n: int = 8192, axpy_n: int = 1 << 24,
+            seed: int = 0) -> BenchReport:
+    """Every GPU row, the copy-bandwidth ceiling and the fp8 accumulation comparison."""
+    require_cuda()
+    report = BenchReport(torch.cuda.get_device_name())
+    report.rows += gemm_rows(size, fma_size, seed)
+    report.rows += gemv_rows(gemv_n, seed)
+    axpy_list, report.copy_gbps = axpy_rows(axpy_n)
+    report.rows += axpy_list
+    report.accumulation = accumulation_study(seed=seed)
+    return report
