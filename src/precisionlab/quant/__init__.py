@@ -1,0 +1,35 @@
+"""Quantization: scheme strings, scales, packed codes, honest bytes, golden references.
+
+    from precisionlab.quant import quantize
+    q = quantize(w, "int4:g128")        # or "int8:row:asym", "mxfp4:rceil", "nvfp4", "dsv3_weight"
+    w_hat = q.dequantize()
+    q.nbytes, q.bits_per_element, q.codes, q.scales, q.scheme
+
+Modules, one job each: `scheme` (grammar, presets), `blocks` (granularity -> block
+shape), `qparams` (choose scales / zero points), `elements` (codes of scaled values),
+`packing` (bit packing), `core` (quantize / dequantize), `tensor` (QuantizedTensor and
+byte accounting), `safetensors_io` (tagged files), `scalers` (FP8 current / delayed
+scaling), `metrics` (error measures).
+"""
+
+from precisionlab.quant.core import dequantize, quantize, quantize_dequantize
+from precisionlab.quant.metrics import ErrorMetrics, error_metrics
+from precisionlab.quant.scalers import CurrentScaler, DelayedScaler
+from precisionlab.quant.scheme import PRESETS, Granularity, MXRule, Scheme, parse_scheme
+from precisionlab.quant.tensor import QuantizedTensor
+
+__all__ = [
+    "PRESETS",
+    "CurrentScaler",
+    "DelayedScaler",
+    "ErrorMetrics",
+    "Granularity",
+    "MXRule",
+    "QuantizedTensor",
+    "Scheme",
+    "dequantize",
+    "error_metrics",
+    "parse_scheme",
+    "quantize",
+    "quantize_dequantize",
+]

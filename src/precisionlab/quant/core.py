@@ -1,0 +1,337 @@
+"""quantize / dequantize: chunked, multi-threaded, exact to the rules in `qparams` and `elements`.
+
+    quantize:    per block  choose s (and z) from the block's amax (or min / max)
+                 per element q = encode(x / s)          (x / s in float32; float64 input: float64)
+    dequantize:  x_hat = fp32(value(q) * s)             asym: fp32((q - z) * s)
+
+The work runs over chunks of whole block-rows (about CHUNK elements each) on a small
+thread pool, so temporaries stay in cache and peak extra memory is the packed codes plus
+a few chunks. Schemes whose block spans every row (per tensor, per column) and NVFP4's
+tensor scale take one extra read-only pass for the statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from precisionlab.quant import qparams as qp
+from precisionlab.quant.blocks import Layout, canonical_view, from_view, layout, to_view
+from precisionlab.quant.elements import Codec, codec, pair_table
+from precisionlab.quant.packing import pack, packed_nbytes, unpack
+from precisionlab.quant.scheme import Scheme, parse_scheme
+from precisionlab.quant.tensor import QuantizedTensor
+
+CHUNK = 1 << 18
+"""Target elements per chunk (1 MiB of float32)."""
+
+PARALLEL_MIN = 1 << 20
+"""Tensors at least this large are processed on a thread pool (numpy releases the GIL)."""
+
+Task = tuple[int, int, int]  # (batch, first padded row, end padded row)
+
+
+# --------------------------------------------------------------------------- inputs
+def as_array(x: Any) -> tuple[np.ndarray, str]:
+    """A float numpy array for x (numpy, ml_dtypes bfloat16, torch tensor, or a list), and its dtype name."""
+    if type(x).__module__.startswith("torch"):
+        t = x.detach().cpu()
+        name = str(t.dtype).replace("torch.", "")
+        if name not in ("float16", "bfloat16", "float32", "float64"):
+            raise TypeError(f"quantize needs a float tensor, got {t.dtype}")
+        arr = t.float().numpy() if name == "bfloat16" else t.numpy()
+        return arr, name
+    arr = np.asarray(x)
+    if arr.dtype.name == "bfloat16":
+        return bf16_to_float32(arr.view(np.uint16)), "bfloat16"
+    if arr.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"quantize needs float16, bfloat16, float32 or float64 data, got dtype {arr.dtype}")
+    return arr, arr.dtype.name
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) to float32 values (exact: bf16 is the top half of fp32)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def make_codec(scheme: Scheme) -> Codec:
+    base = codec(scheme.element)
+    if scheme.preset == "mxint8":
+        return Codec(base.fmt, unit=qp.MXINT8_UNIT)
+    return base
+
+
+# --------------------------------------------------------------------------- chunking
+def _tasks(lay: Layout, bits: int) -> list[Task]:
+    """Row ranges [r0, r1) per batch: whole block rows, about CHUNK elements, byte-aligned."""
+    b_count, m, np_ = lay.padded
+    br = lay.block[0]
+    rows = max(1, CHUNK // np_)
+    step = 1 if lay.whole_rows else br
+    rows = max(step, rows // step * step)
+    per = _per_group(bits)
+    while (rows * np_) % per:
+        rows += step
+    return [(b, r0, min(r0 + rows, m)) for b in range(b_count) for r0 in range(0, m, rows)]
+
+
+def _run(tasks: list[Task], fn: Callable[[Task], Any], total: int) -> list[Any]:
+    if total < PARALLEL_MIN or len(tasks) < 2:
+        return [fn(t) for t in tasks]
+    workers = min(len(tasks), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, tasks))
+
+
+def _load(view: np.ndarray, lay: Layout, task: Task, dtype: type[np.floating]) -> np.ndarray:
+    """Rows [r0, r1) of batch b as a contiguous (rows, Np) array, zero-padded to whole blocks."""
+    b, r0, r1 = task
+    n = lay.view[2]
+    np_ = lay.padded[2]
+    rows = r1 - r0 if lay.whole_rows else -(-(r1 - r0) // lay.block[0]) * lay.block[0]
+    src = view[b, r0:r1, :]
+    if rows == r1 - r0 and np_ == n and src.dtype == dtype and src.flags.c_contiguous:
+        return src
+    out = np.zeros((rows, np_), dtype=dtype)
+    out[: r1 - r0, :n] = src
+    return out
+
+
+def _blocked(chunk: np.ndarray, lay: Layout) -> np.ndarray:
+    """(rows, Np) -> (row blocks, block rows, column blocks, block columns)."""
+    rows, np_ = chunk.shape
+    br = rows if lay.whole_rows else lay.block[0]
+    bc = lay.block[1]
+    return chunk.reshape(rows // br, br, np_ // bc, bc)
+
+
+# --------------------------------------------------------------------------- statistics
+def _stats(blocks: np.ndarray, signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(amax, unused) for symmetric schemes, (min, max) for asymmetric ones, per block."""
+    if signed:
+        return np.abs(blocks).max(axis=(1, 3)), np.empty(0)
+    return blocks.min(axis=(1, 3)), blocks.max(axis=(1, 3))
+
+
+def _whole_stats(view: np.ndarray, lay: Layout, tasks: list[Task], dtype: type[np.floating],
+                 signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per-block statistics when one block row spans every row: reduce over the chunks."""
+
+    def one(task: Task) -> tuple[int, np.ndarray, np.ndarray]:
+        a, b = _stats(_blocked(_load(view, lay, task, dtype), lay), signed)
+        return task[0], a, b
+
+    parts = _run(tasks, one, lay.n_stored)
+    grid = lay.grid
+    first = np.full(grid, -np.inf)
+    second = np.full(grid, -np.inf)
+    if not signed:
+        first = np.full(grid, np.inf)
+    for b, a, c in parts:
+        if signed:
+            first[b] = np.maximum(first[b], a)
+        else:
+            first[b] = np.minimum(first[b], a)
+            second[b] = np.maximum(second[b], c)
+    return first, second
+
+
+def _finite_amax(view: np.ndarray, lay: Layout, tasks: list[Task], dtype: type[np.floating]) -> float:
+    """Largest finite |x| of the tensor (NVFP4's tensor amax)."""
+
+    def one(task: Task) -> float:
+        chunk = np.abs(_load(view, lay, task, dtype))
+        top = float(chunk.max())
+        if not math.isfinite(top):
+            finite = chunk[np.isfinite(chunk)]
+            top = float(finite.max()) if finite.size else 0.0
+        return top
+
+    return max(_run(tasks, one, lay.n_stored), default=0.0)
+
+
+def choose_qparams(first: np.ndarray, second: np.ndarray, scheme: Scheme, cod: Codec,
+                   tensor_scale: float | None) -> qp.QParams:
+    """Dispatch to the rule in `qparams` for this scheme."""
+    if scheme.is_mx:
+        return qp.microscaling(first, scheme, cod)
+    if tensor_scale is not None:
+        return qp.nvfp4(first, tensor_scale, scheme, cod)
+    if not scheme.symmetric:
+        return qp.asymmetric(first, second, scheme, cod)
+    return qp.symmetric(first, scheme, cod)
+
+
+# --------------------------------------------------------------------------- quantize
+def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
+    """Quantize x under a scheme string or Scheme; see `precisionlab.quant` for the grammar."""
+    s = parse_scheme(scheme)
+    arr, dtype_name = as_array(x)
+    cod = make_codec(s)
+    axis, moved, view_shape = canonical_view(arr.shape, s)
+    view = to_view(arr, axis, view_shape)
+    work = np.float64 if arr.dtype == np.float64 else np.float32
+    rows_fp16 = index = None
+    if s.outliers:
+        view, rows_fp16, index = _split_outliers(view, s.outliers, work)
+    lay = layout(view.shape, s)  # type: ignore[arg-type]
+    tasks = _tasks(lay, cod.bits)
+
+    tensor_scale = None
+    if s.tensor_scale:
+        tensor_scale = qp.nvfp4_tensor_scale(_finite_amax(view, lay, tasks, work))
+    signed = s.symmetric
+    pre: qp.QParams | None = None
+    if lay.whole_rows:
+        first, second = _whole_stats(view, lay, tasks, work, signed)
+        pre = choose_qparams(first, second, s, cod, tensor_scale)
+
+    scale_grid = np.empty(lay.grid, dtype=np.float32)
+    zero_grid = None if s.symmetric else np.empty(lay.grid, dtype=np.float32)
+    packed = np.empty(packed_nbytes(lay.n_stored, cod.bits), dtype=np.uint8)
+    np_ = lay.padded[2]
+    per_bytes = packed_nbytes(1, cod.bits)
+
+    def one(task: Task) -> None:
+        b, r0, r1 = task
+        blocks = _blocked(_load(view, lay, task, work), lay)
+        if pre is not None:
+            params = qp.QParams(pre.scale[b], pre.divisor[b],
+                                None if pre.zero_point is None else pre.zero_point[b],
+                                None if pre.bad is None else pre.bad[b])
+            rows_sel = slice(0, 1)
+        else:
+            first_c, second_c = _stats(blocks, signed)
+            params = choose_qparams(first_c, second_c, s, cod, tensor_scale)
+            br = lay.block[0]
+            rows_sel = slice(r0 // br, r0 // br + blocks.shape[0])
+            scale_grid[b, rows_sel] = params.scale
+            if zero_grid is not None and params.zero_point is not None:
+                zero_grid[b, rows_sel] = params.zero_point
+        with np.errstate(invalid="ignore", divide="ignore"):
+            v = blocks / params.divisor[:, None, :, None].astype(blocks.dtype)
+            if params.zero_point is not None:
+                codes = cod.encode_affine(v, params.zero_point[:, None, :, None])
+            else:
+                codes = cod.encode_symmetric(v)
+        if params.bad is not None:
+            codes[np.broadcast_to(params.bad[:, None, :, None], codes.shape)] = 0
+        start = (b * lay.padded[1] + r0) * np_
+        chunk_packed = pack(codes.reshape(-1, np_)[: r1 - r0], cod.bits)
+        offset = start // _per_group(cod.bits) * per_bytes
+        packed[offset : offset + chunk_packed.size] = chunk_packed
+
+    _run(tasks, one, lay.n_stored)
+    if pre is not None:
+        scale_grid[...] = pre.scale
+        if zero_grid is not None and pre.zero_point is not None:
+            zero_grid[...] = pre.zero_point
+    return QuantizedTensor(
+        scheme=s,
+        shape=tuple(arr.shape) or (1,),
+        dtype=dtype_name,
+        packed=packed,
+        scale_values=scale_grid,
+        zero_points=zero_grid,
+        tensor_scale=tensor_scale,
+        outlier_rows=rows_fp16,
+        outlier_index=index,
+    )
+
+
+def _per_group(bits: int) -> int:
+    return 4 if bits in (2, 6) else 2 if bits == 4 else 1
+
+
+def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Keep the k rows with the largest amax (ties: the lower row) out of the payload, in fp16."""
+    m = view.shape[1]
+    if k >= m:
+        raise ValueError(f"outliers={k} would keep every one of the {m} rows in fp16")
+    row_amax = np.abs(view[0]).max(axis=1).astype(np.float64)
+    row_amax = np.where(np.isnan(row_amax), np.inf, row_amax)
+    order = np.argsort(-row_amax, kind="stable")
+    index = np.sort(order[:k]).astype(np.int32)
+    keep = np.ones(m, dtype=bool)
+    keep[index] = False
+    rows_fp16 = view[0, index, :].astype(np.float16)
+    rest = np.ascontiguousarray(view[:, keep, :]).astype(work, copy=False)
+    return rest, rows_fp16, index
+
+
+# --------------------------------------------------------------------------- dequantize
+def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
+    """x_hat = fp32(value(code) * divisor) per element (asym: (q - z) * s), in q's original shape."""
+    s = q.scheme
+    cod = make_codec(s)
+    lay = q.layout
+    axis, moved, full_view = canonical_view(q.shape, s)
+    divisor = _divisors(q, cod)
+    values = cod.values()
+    pairs = pair_table(cod.fmt) if cod.bits == 4 else None
+    out = np.empty(lay.view, dtype=np.float32)
+    np_ = lay.padded[2]
+    n = lay.view[2]
+    per_bytes = packed_nbytes(1, cod.bits)
+    tasks = _tasks(lay, cod.bits)
+
+    def one(task: Task) -> None:
+        b, r0, r1 = task
+        count = (r1 - r0) * np_
+        offset = (b * lay.padded[1] + r0) * np_ // _per_group(cod.bits) * per_bytes
+        raw = q.packed[offset : offset + packed_nbytes(count, cod.bits)]
+        if pairs is not None and count % 2 == 0:
+            vals = pairs[raw].reshape(r1 - r0, np_)
+        else:
+            vals = values[unpack(raw, cod.bits, count)].reshape(r1 - r0, np_)
+        rows = r1 - r0
+        if lay.whole_rows:
+            sel = divisor[b, 0:1][:, None, :, None], (None if q.zero_points is None else q.zero_points[b, 0:1])
+            blocks = vals.reshape(1, rows, np_ // lay.block[1], lay.block[1])
+            zero = sel[1]
+            mult = sel[0]
+        else:
+            br = lay.block[0]
+            row_block = np.arange(r0, r1) // br  # the block row of each row
+            mult = divisor[b][row_block][:, None, :, None]
+            zero = None if q.zero_points is None else q.zero_points[b][row_block]
+            blocks = vals.reshape(rows, 1, np_ // lay.block[1], lay.block[1])
+        if zero is not None:
+            blocks = blocks - zero[:, None, :, None]
+        blocks = blocks * mult
+        out[b, r0:r1, :] = blocks.reshape(rows, np_)[:, :n]
+
+    _run(tasks, one, lay.n_stored)
+    if q.outlier_index is not None and q.outlier_rows is not None:
+        full = np.empty(full_view, dtype=np.float32)
+        keep = np.ones(full_view[1], dtype=bool)
+        keep[q.outlier_index] = False
+        full[0, keep, :] = out[0]
+        full[0, q.outlier_index, :] = q.outlier_rows.astype(np.float32)
+        out = full
+    result = from_view(out, axis, moved).reshape(q.shape)
+    return np.ascontiguousarray(result, dtype=dtype)
+
+
+def _divisors(q: QuantizedTensor, cod: Codec) -> np.ndarray:
+    """Per-block multiplier of the code values: s; X·unit (MX); fp32(s_b·g) (NVFP4)."""
+    scale = q.scale_values
+    if q.tensor_scale is not None:
+        return (scale * np.float32(q.tensor_scale)).astype(np.float32)
+    if cod.unit != 1.0:
+        return (scale * np.float32(cod.unit)).astype(np.float32)
+    return scale
+
+
+def quantize_dequantize(x: Any, scheme: str | Scheme) -> np.ndarray:
+    """Fake quantization: dequantize(quantize(x, scheme)) in x's shape (float32)."""
+    return quantize(x, scheme).dequantize()
+
+
+def iter_schemes(specs: Iterable[str]) -> list[Scheme]:
+    return [parse_scheme(spec) for spec in specs]

@@ -1,0 +1,157 @@
+"""Choose quantization parameters (scales, zero points) from per-block statistics.
+
+Every scale is rounded once, to nearest-even, into its scale format and *stored*; the
+elements are then computed as x / s with that stored scale, so codes are golden (what a
+kernel that reads the stored scale must produce). Rounding the exact quotient once equals
+a kernel's fp32 division followed by a cast to fp16 / bf16 / e4m3 (fp32 carries at least
+2p + 2 bits for those p, so the double rounding is innocuous).
+
+    integer, symmetric   s = amax / (2^(b-1) - 1)
+    integer, asymmetric  lo = min(x_min, 0), hi = max(x_max, 0)
+                         s = (hi - lo) / (2^b - 1),   z = clip(qmin - rint(lo / s), qmin, qmax)
+    float element        s = amax / max_finite(element)          (DeepSeek-V3: amax / 448)
+    nf4                  s = amax                                  (absmax; codebook spans [-1, 1])
+    MX (ue8m0)           X = 2^(floor(log2 amax) - emax_elem)      FLOOR, OCP MX v1.0
+                         X = 2^ceil(log2(amax / max_elem))          RCEIL
+                         exponent clamped to ue8m0's [-127, 127]; MXINT8 elements are int8
+                         in 1.6 fixed point (value = code * 2^-6), so emax_elem = 0
+    NVFP4                g = amax_tensor / (6 * 448)  stored in fp32 (the decode direction)
+                         s_b = e4m3(amax_block / (6 * g)),  elements divided by fp32(s_b * g)
+                         minscale=normal raises s_b to at least 2^-6 (torchao); the default
+                         keeps e4m3 subnormal scales (Transformer Engine)
+
+Edge cases (every scheme): an all-zero block has scale 1, zero point 0 and zero codes; a
+nonzero block whose scale would round to 0 gets the scale format's smallest positive
+value; a scale beyond the format's range saturates at its max finite; a block holding
+NaN or ±inf is an error (nonfinite=error) or gets a NaN scale and zero codes, so it
+dequantizes to NaN (nonfinite=nan, the MX and NVFP4 default, as the OCP spec sets X to NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from precisionlab.formats import FloatFormat, IntFormat, get_format
+from precisionlab.quant.elements import Codec
+from precisionlab.quant.scheme import MXRule, Scheme
+from precisionlab.rounding import round_to
+
+MXINT8_UNIT = 2.0**-6
+"""MXINT8 stores int8 codes in 1.6 fixed point: value = code * 2^-6."""
+
+UE8M0_EXP_RANGE = (-127, 127)
+
+
+@dataclass
+class QParams:
+    """Parameters of a grid of blocks (arrays of the grid's shape)."""
+
+    scale: np.ndarray
+    """The stored scale values (float32): s, MX's X, NVFP4's e4m3 block scale."""
+    divisor: np.ndarray
+    """What the elements are divided by (float32): s; X·unit for MXINT8; fp32(s_b·g) for NVFP4."""
+    zero_point: np.ndarray | None = None
+    """Integer zero points (float32 holding integers) for asymmetric schemes."""
+    bad: np.ndarray | None = None
+    """Blocks holding NaN or ±inf (nonfinite=nan): NaN scale, zero codes."""
+
+
+def element_emax(codec: Codec) -> int:
+    """Exponent of the element's largest binade: floor(log2(max value in real units))."""
+    return math.frexp(codec.real_max)[1] - 1
+
+
+def round_scale(ideal: np.ndarray, scale_format: str) -> np.ndarray:
+    """Round ideal scales (float64, > 0) into the scale format; never to 0, saturating at max."""
+    fmt = get_format(scale_format)
+    assert isinstance(fmt, FloatFormat)
+    rounded = np.asarray(round_to(ideal.astype(np.float64), fmt, overflow="saturate", nan="zero"), dtype=np.float64)
+    rounded = np.where((rounded == 0) & (ideal > 0), fmt.min_subnormal, rounded)
+    return rounded
+
+
+def symmetric(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
+    """s = amax / max_code (integers: 2^(b-1) - 1; floats: max finite; nf4: 1)."""
+    a = amax.astype(np.float64)
+    bad = ~np.isfinite(a)
+    zero = a == 0
+    ideal = np.where(bad | zero, 1.0, a) / codec.max_value
+    s = np.where(zero, 1.0, round_scale(ideal, scheme.scale))
+    s = _poison(s, bad, scheme)
+    return QParams(s.astype(np.float32), s.astype(np.float32), None, bad if bad.any() else None)
+
+
+def asymmetric(lo: np.ndarray, hi: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
+    """s = (max(hi,0) - min(lo,0)) / (2^b - 1); z = clip(qmin - rint(lo / s), qmin, qmax)."""
+    fmt = codec.fmt
+    assert isinstance(fmt, IntFormat)
+    low = np.minimum(lo.astype(np.float64), 0.0)
+    high = np.maximum(hi.astype(np.float64), 0.0)
+    bad = ~(np.isfinite(low) & np.isfinite(high))
+    span = np.where(bad, 1.0, high - low)
+    zero = span == 0
+    s = np.where(zero, 1.0, round_scale(np.where(zero, 1.0, span) / (fmt.max_value - fmt.min_value), scheme.scale))
+    z = np.clip(fmt.min_value - np.rint(np.where(bad, 0.0, low) / s), fmt.min_value, fmt.max_value)
+    z = np.where(zero | bad, 0.0, z)
+    s = _poison(s, bad, scheme)
+    return QParams(s.astype(np.float32), s.astype(np.float32), z.astype(np.float32), bad if bad.any() else None)
+
+
+def microscaling(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
+    """OCP MX shared scale X = 2^e (FLOOR or RCEIL, see the module docstring)."""
+    a = amax.astype(np.float64)
+    bad = ~np.isfinite(a)
+    zero = a == 0
+    safe = np.where(bad | zero, 1.0, a)
+    if scheme.mx is MXRule.RCEIL:
+        exponent = _ceil_log2_ratio(safe, codec.real_max)
+    else:
+        exponent = np.frexp(safe)[1].astype(np.int64) - 1 - element_emax(codec)
+    exponent = np.clip(exponent, *UE8M0_EXP_RANGE)
+    x = np.where(zero, 1.0, np.ldexp(1.0, exponent))
+    x = _poison(x, bad, scheme)
+    divisor = x * codec.unit
+    return QParams(x.astype(np.float32), divisor.astype(np.float32), None, bad if bad.any() else None)
+
+
+def _ceil_log2_ratio(amax: np.ndarray, max_value: float) -> np.ndarray:
+    """Smallest e with amax <= max_value * 2^e (exact: the products are powers-of-two scalings)."""
+    mant, exp = np.frexp(amax / max_value)
+    e = np.where(mant == 0.5, exp - 1, exp).astype(np.int64)
+    e = np.where(amax > np.ldexp(max_value, e), e + 1, e)
+    e = np.where(amax <= np.ldexp(max_value, e - 1), e - 1, e)
+    return e
+
+
+def nvfp4_tensor_scale(amax_tensor: float) -> float:
+    """g = fp32(amax / (6 * 448)); 1 for an all-zero (or all non-finite) tensor."""
+    if not math.isfinite(amax_tensor) or amax_tensor == 0:
+        return 1.0
+    g = float(np.float32(amax_tensor / (6.0 * 448.0)))
+    return g if g > 0 else float(np.float32(2.0**-149))
+
+
+def nvfp4(amax: np.ndarray, tensor_scale: float, scheme: Scheme, codec: Codec) -> QParams:
+    """s_b = e4m3(amax_b / (6 g)) (floored at 2^-6 with minscale=normal); divisor fp32(s_b * g)."""
+    a = amax.astype(np.float64)
+    bad = ~np.isfinite(a)
+    zero = a == 0
+    ideal = np.where(bad | zero, 1.0, a) / (codec.max_value * tensor_scale)
+    s = np.where(zero, 1.0, round_scale(ideal, "e4m3"))
+    if scheme.minscale == "normal":
+        s = np.maximum(s, get_format("e4m3").min_normal)
+    s = _poison(s, bad, scheme)
+    divisor = (s.astype(np.float32) * np.float32(tensor_scale)).astype(np.float32)
+    return QParams(s.astype(np.float32), divisor, None, bad if bad.any() else None)
+
+
+def _poison(s: np.ndarray, bad: np.ndarray, scheme: Scheme) -> np.ndarray:
+    if not bad.any():
+        return s
+    if scheme.nonfinite == "error":
+        raise ValueError(f"the input holds NaN or inf in {int(bad.sum())} block(s); scheme {scheme} uses "
+                         "nonfinite=error (add :nonfinite=nan to store those blocks as NaN)")
+    return np.where(bad, np.nan, s)

@@ -1,0 +1,333 @@
+"""Quantization scheme strings and the `Scheme` object; ``parse(str(s)) == s`` for every scheme.
+
+Grammar (colon-separated)::
+
+    ELEMENT[:GRANULARITY][:OPTION ...]      or      PRESET[:OPTION ...]
+
+    ELEMENT      int8 int4 int2 uint8 uint4 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 nf4
+    GRANULARITY  tensor (default) | row | col | g<N> (groups of N along the last axis)
+                 | block<R>x<C> (2-D blocks over the last two axes) | tile1x<C>
+    OPTION       sym (default for signed elements) | asym (zero point)
+                 scale=fp32|fp16|bf16|ue8m0|e4m3      (default: fp16 for integer elements,
+                                                        fp32 for float and codebook elements)
+                 outliers=K      keep the K rows with the largest amax in fp16
+                 axis=N          the axis groups and tiles run along (default -1)
+                 floor | rceil   MX shared-scale rule (MX presets only; default floor)
+                 minscale=subnormal|normal   NVFP4 block-scale floor (default subnormal)
+                 nonfinite=error|nan         a block holding NaN/inf: raise, or store a NaN scale
+
+    PRESET       mxfp8 (= mxfp8_e4m3), mxfp8_e5m2, mxfp6 (= mxfp6_e2m3), mxfp6_e3m2, mxfp4,
+                 mxint8, nvfp4, dsv3_weight (e4m3:block128x128:scale=fp32),
+                 dsv3_act (e4m3:tile1x128:scale=fp32)
+
+`str(scheme)` writes the canonical spelling: defaults are left out, options come in a
+fixed order, and a preset keeps its name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+from enum import Enum
+
+INT_ELEMENTS = ("int8", "int4", "int2", "uint8", "uint4")
+FLOAT_ELEMENTS = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1")
+CODEBOOK_ELEMENTS = ("nf4",)
+ELEMENTS = INT_ELEMENTS + FLOAT_ELEMENTS + CODEBOOK_ELEMENTS
+SCALE_FORMATS = ("fp32", "fp16", "bf16", "ue8m0", "e4m3")
+ELEMENT_ALIASES = {
+    "fp8": "e4m3", "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
+    "float8_e5m2": "e5m2", "fp6_e3m2": "e3m2", "fp6_e2m3": "e2m3", "fp4": "e2m1", "fp4_e2m1": "e2m1",
+}
+
+
+class Granularity(Enum):
+    """How many elements share one scale (lowered to a block shape by `quant.blocks`)."""
+
+    TENSOR = "tensor"
+    ROW = "row"
+    COL = "col"
+    GROUP = "group"
+    BLOCK = "block"
+    TILE = "tile"
+
+
+class MXRule(Enum):
+    """How an MX block's power-of-two scale is chosen from the block amax.
+
+    FLOOR (OCP MX v1.0): X = 2^(floor(log2 amax) - emax_elem); the block max can exceed
+    the element max and is then clipped (957 -> 896 in MXFP8-E4M3).
+    RCEIL (round the ideal scale up): X = 2^ceil(log2(amax / max_elem)); nothing clips,
+    at up to one binade of lost resolution.
+    """
+
+    FLOOR = "floor"
+    RCEIL = "rceil"
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A fully resolved quantization scheme. Build one with `parse_scheme`."""
+
+    element: str
+    granularity: Granularity = Granularity.TENSOR
+    group: int = 0
+    """Group size (GROUP), or the block's column count (BLOCK, TILE)."""
+    block_rows: int = 1
+    """Rows of a BLOCK (1 for TILE)."""
+    symmetric: bool = True
+    scale: str = "fp16"
+    outliers: int = 0
+    axis: int = -1
+    mx: MXRule | None = None
+    tensor_scale: bool = False
+    """NVFP4's second level: one fp32 scale per tensor above the e4m3 block scales."""
+    minscale: str = "subnormal"
+    nonfinite: str = "error"
+    preset: str | None = None
+
+    def __post_init__(self) -> None:
+        problem = _problem(self)
+        if problem:
+            raise ValueError(f"invalid quantization scheme: {problem}")
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def is_mx(self) -> bool:
+        return self.mx is not None
+
+    @property
+    def is_int(self) -> bool:
+        return self.element in INT_ELEMENTS
+
+    @property
+    def is_codebook(self) -> bool:
+        return self.element in CODEBOOK_ELEMENTS
+
+    @property
+    def is_float(self) -> bool:
+        return self.element in FLOAT_ELEMENTS
+
+    def __str__(self) -> str:
+        return format_scheme(self)
+
+
+# --------------------------------------------------------------------------- validation
+def _problem(s: Scheme) -> str:
+    if s.element not in ELEMENTS:
+        return f"unknown element {s.element!r}"
+    if s.scale not in SCALE_FORMATS:
+        return f"unknown scale format {s.scale!r}"
+    if s.granularity in (Granularity.GROUP, Granularity.BLOCK, Granularity.TILE) and s.group <= 0:
+        return "a group, block or tile needs a positive size"
+    if s.block_rows <= 0:
+        return "block rows must be positive"
+    if s.outliers < 0:
+        return "outliers must be >= 0"
+    if s.minscale not in ("subnormal", "normal"):
+        return f"minscale must be 'subnormal' or 'normal', got {s.minscale!r}"
+    if s.nonfinite not in ("error", "nan"):
+        return f"nonfinite must be 'error' or 'nan', got {s.nonfinite!r}"
+    if s.element in ("uint8", "uint4") and s.symmetric:
+        return f"{s.element} is unsigned: it is always asymmetric (a zero point); use int{s.element[4:]} for sym"
+    if not s.symmetric and s.element not in INT_ELEMENTS:
+        return f"asym (a zero point) applies to integer elements, not {s.element}"
+    if s.outliers and s.granularity in (Granularity.BLOCK,):
+        return "outliers= keeps whole rows in fp16; it does not combine with 2-D blocks"
+    if s.outliers and s.is_mx:
+        return "outliers= does not combine with MX presets"
+    if s.tensor_scale and s.scale != "e4m3":
+        return "a tensor scale (nvfp4) needs e4m3 block scales"
+    if s.minscale != "subnormal" and not s.tensor_scale:
+        return "minscale= applies to nvfp4's e4m3 block scales"
+    if s.scale == "ue8m0" and s.mx is None and s.preset is None:
+        return "ue8m0 scales follow the MX rule: use an mx* preset (mxfp8, mxfp4, mxint8, ...)"
+    if s.is_mx and (s.scale != "ue8m0" or s.granularity is not Granularity.GROUP):
+        return "MX schemes use ue8m0 scales on groups"
+    return ""
+
+
+# --------------------------------------------------------------------------- presets
+def _mx(element: str, name: str) -> Scheme:
+    return Scheme(element, Granularity.GROUP, group=32, scale="ue8m0", mx=MXRule.FLOOR, nonfinite="nan", preset=name)
+
+
+PRESETS: dict[str, Scheme] = {
+    "mxfp8": _mx("e4m3", "mxfp8"),
+    "mxfp8_e4m3": _mx("e4m3", "mxfp8_e4m3"),
+    "mxfp8_e5m2": _mx("e5m2", "mxfp8_e5m2"),
+    "mxfp6": _mx("e2m3", "mxfp6"),
+    "mxfp6_e2m3": _mx("e2m3", "mxfp6_e2m3"),
+    "mxfp6_e3m2": _mx("e3m2", "mxfp6_e3m2"),
+    "mxfp4": _mx("e2m1", "mxfp4"),
+    "mxint8": _mx("int8", "mxint8"),
+    "nvfp4": Scheme("e2m1", Granularity.GROUP, group=16, scale="e4m3", tensor_scale=True, nonfinite="nan",
+                    preset="nvfp4"),
+    "dsv3_weight": Scheme("e4m3", Granularity.BLOCK, group=128, block_rows=128, scale="fp32", preset="dsv3_weight"),
+    "dsv3_act": Scheme("e4m3", Granularity.TILE, group=128, scale="fp32", preset="dsv3_act"),
+}
+"""Named recipes. dsv3_*: DeepSeek-V3 (128x128 weight blocks, 1x128 activation tiles, fp32 scales)."""
+
+PRESET_OPTIONS = ("axis", "nonfinite", "mx", "minscale")
+"""The options a preset accepts (its element, granularity and scale format are fixed)."""
+
+
+def default_scale(element: str) -> str:
+    """fp16 for integer elements (Exercise 3's byte count), fp32 for float and codebook elements."""
+    return "fp16" if element in INT_ELEMENTS else "fp32"
+
+
+# --------------------------------------------------------------------------- parsing
+def parse_scheme(spec: str | Scheme) -> Scheme:
+    """Parse a scheme string (see the module docstring); a Scheme passes through."""
+    if isinstance(spec, Scheme):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"a scheme is a string or a Scheme, got {type(spec).__name__}")
+    parts = [p.strip() for p in spec.strip().lower().split(":")]
+    if not parts[0] or any(not p for p in parts):
+        raise ValueError(f"empty field in scheme {spec!r}; expected ELEMENT[:GRANULARITY][:OPTION ...]")
+    head, rest = parts[0], parts[1:]
+    if head in PRESETS:
+        return _apply_options(PRESETS[head], rest, spec, preset=True)
+    element = ELEMENT_ALIASES.get(head, head)
+    if element not in ELEMENTS:
+        raise ValueError(f"unknown element or preset {head!r} in scheme {spec!r}{_suggest(head)}")
+    fields: dict[str, object] = {"element": element, "scale": default_scale(element),
+                                 "symmetric": element not in ("uint8", "uint4")}
+    if rest and _is_granularity(rest[0]):
+        fields.update(_granularity(rest[0], spec))
+        rest = rest[1:]
+    base = Scheme(**fields)  # type: ignore[arg-type]
+    return _apply_options(base, rest, spec, preset=False)
+
+
+def _is_granularity(token: str) -> bool:
+    return token in ("tensor", "row", "col", "channel") or token.startswith(("g", "block", "tile"))
+
+
+def _granularity(token: str, spec: str) -> dict[str, object]:
+    if token == "tensor":
+        return {"granularity": Granularity.TENSOR}
+    if token in ("row", "channel"):
+        return {"granularity": Granularity.ROW}
+    if token == "col":
+        return {"granularity": Granularity.COL}
+    if token.startswith("g"):
+        return {"granularity": Granularity.GROUP, "group": _positive(token[1:], token, spec)}
+    kind, body = ("block", token[5:]) if token.startswith("block") else ("tile", token[4:])
+    rows_text, sep, cols_text = body.partition("x")
+    if not sep:
+        raise ValueError(f"{token!r} in scheme {spec!r}: write {kind}<R>x<C>, e.g. block128x128 or tile1x128")
+    rows, cols = _positive(rows_text, token, spec), _positive(cols_text, token, spec)
+    if kind == "tile":
+        if rows != 1:
+            raise ValueError(f"{token!r} in scheme {spec!r}: tiles are 1x<C>; use block{rows}x{cols} for 2-D blocks")
+        return {"granularity": Granularity.TILE, "group": cols}
+    return {"granularity": Granularity.BLOCK, "group": cols, "block_rows": rows}
+
+
+def _positive(text: str, token: str, spec: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise ValueError(f"{token!r} in scheme {spec!r} needs a positive integer size")
+    return int(text)
+
+
+_OPTION_NAMES = ("sym", "asym", "scale=", "outliers=", "axis=", "floor", "rceil", "minscale=", "nonfinite=")
+
+
+def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) -> Scheme:
+    changes: dict[str, object] = {}
+    for option in options:
+        key, eq, value = option.partition("=")
+        if preset and _option_field(key) not in PRESET_OPTIONS:
+            raise ValueError(f"preset {base.preset} fixes its element, granularity and scale; "
+                             f"option {option!r} in {spec!r} is not allowed (allowed: axis=, nonfinite=, "
+                             "floor/rceil for MX, minscale= for nvfp4)")
+        if _is_granularity(option) and not eq:
+            raise ValueError(f"granularity {option!r} in scheme {spec!r} must come right after the element")
+        if key in ("sym", "asym") and not eq:
+            changes["symmetric"] = key == "sym"
+        elif key in ("floor", "rceil") and not eq:
+            if base.mx is None:
+                raise ValueError(f"{key!r} in scheme {spec!r} is an MX scale rule; it applies to the mx* presets")
+            changes["mx"] = MXRule(key)
+        elif key == "scale" and eq:
+            if value not in SCALE_FORMATS:
+                raise ValueError(f"scale format {value!r} in scheme {spec!r}; choose one of {', '.join(SCALE_FORMATS)}")
+            changes["scale"] = value
+        elif key == "outliers" and eq:
+            if not value.isdigit():
+                raise ValueError(f"outliers= in scheme {spec!r} needs a non-negative integer, got {value!r}")
+            changes["outliers"] = int(value)
+        elif key == "axis" and eq:
+            try:
+                changes["axis"] = int(value)
+            except ValueError:
+                raise ValueError(f"axis= in scheme {spec!r} needs an integer, got {value!r}") from None
+        elif key == "minscale" and eq:
+            changes["minscale"] = value
+        elif key == "nonfinite" and eq:
+            changes["nonfinite"] = value
+        else:
+            raise ValueError(f"unknown option {option!r} in scheme {spec!r}{_suggest_option(option)}")
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _option_field(key: str) -> str:
+    return "mx" if key in ("floor", "rceil") else key
+
+
+# --------------------------------------------------------------------------- formatting
+def format_scheme(s: Scheme) -> str:
+    """Canonical string: preset or element, granularity, then non-default options in a fixed order."""
+    if s.preset is not None:
+        base = PRESETS[s.preset]
+        parts = [s.preset]
+    else:
+        base = Scheme(s.element, scale=default_scale(s.element), symmetric=s.element not in ("uint8", "uint4"))
+        parts = [s.element]
+        gran = _granularity_text(s)
+        if gran:
+            parts.append(gran)
+    if s.symmetric != base.symmetric:
+        parts.append("sym" if s.symmetric else "asym")
+    if s.scale != base.scale:
+        parts.append(f"scale={s.scale}")
+    if s.outliers != base.outliers:
+        parts.append(f"outliers={s.outliers}")
+    if s.axis != base.axis:
+        parts.append(f"axis={s.axis}")
+    if s.mx != base.mx and s.mx is not None:
+        parts.append(s.mx.value)
+    if s.minscale != base.minscale:
+        parts.append(f"minscale={s.minscale}")
+    if s.nonfinite != base.nonfinite:
+        parts.append(f"nonfinite={s.nonfinite}")
+    return ":".join(parts)
+
+
+def _granularity_text(s: Scheme) -> str:
+    if s.granularity is Granularity.TENSOR:
+        return ""
+    if s.granularity is Granularity.ROW:
+        return "row"
+    if s.granularity is Granularity.COL:
+        return "col"
+    if s.granularity is Granularity.GROUP:
+        return f"g{s.group}"
+    if s.granularity is Granularity.TILE:
+        return f"tile1x{s.group}"
+    return f"block{s.block_rows}x{s.group}"
+
+
+def _suggest(token: str) -> str:
+    names = [*ELEMENTS, *PRESETS, *ELEMENT_ALIASES]
+    close = difflib.get_close_matches(token, names, n=4, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"{hint} (elements: {', '.join(ELEMENTS)}; presets: {', '.join(PRESETS)})"
+
+
+def _suggest_option(option: str) -> str:
+    close = difflib.get_close_matches(option, _OPTION_NAMES, n=3, cutoff=0.4)
+    return f"; did you mean {', '.join(close)}?" if close else f"; options: {', '.join(_OPTION_NAMES)}"

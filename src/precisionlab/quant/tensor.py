@@ -1,0 +1,144 @@
+"""QuantizedTensor: packed codes, scales and everything else a reader needs, with honest bytes.
+
+Byte accounting (`nbytes`) counts everything stored:
+
+    payload      ceil(stored elements * element bits / 8)    (packed; padding included)
+    scales       ceil(blocks * scale bits / 8)
+    zero points  ceil(blocks * element bits / 8)              (asym: at the element's width)
+    outliers     k rows * N * 2 (fp16) + k * 4 (int32 row indices)
+    tensor scale 4 (NVFP4's fp32 second-level scale)
+
+`bits_per_element` = 8 * nbytes / (elements of the input): mxfp4 4.25, nvfp4 4.5 plus
+32 / n for the tensor scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from precisionlab.formats import FloatFormat, get_format
+from precisionlab.quant.blocks import Layout, canonical_view, layout
+from precisionlab.quant.packing import packed_nbytes, unpack
+from precisionlab.quant.scheme import Scheme
+from precisionlab.rounding import encode
+
+OUTLIER_INDEX_BYTES = 4
+TENSOR_SCALE_BYTES = 4
+
+
+@dataclass
+class QuantizedTensor:
+    """A tensor quantized under one scheme. Build with `precisionlab.quant.quantize`.
+
+    codes and scales are given in the canonical layout (`quant.blocks`): the scheme's axis
+    moved last, the tensor seen as (B, M, N) with B dropped when it is 1, padded to whole
+    blocks. With outliers=k the k kept rows are not in the payload: M counts the others.
+    """
+
+    scheme: Scheme
+    shape: tuple[int, ...]
+    dtype: str
+    """The input's dtype name (float16, bfloat16, float32, float64)."""
+    packed: np.ndarray
+    """uint8 packed element codes (see `quant.packing`)."""
+    scale_values: np.ndarray
+    """Stored scales as float32 values, shape (B, Mp/br, Np/bc)."""
+    zero_points: np.ndarray | None = None
+    tensor_scale: float | None = None
+    outlier_rows: np.ndarray | None = None
+    """float16 (k, N): the rows kept out of the payload."""
+    outlier_index: np.ndarray | None = None
+    """int32 (k,): their row numbers in the (M, N) view, ascending."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ----------------------------------------------------------------- layout
+    @property
+    def axis(self) -> int:
+        return canonical_view(self.shape, self.scheme)[0]
+
+    @property
+    def layout(self) -> Layout:
+        """Layout of the payload (outlier rows removed)."""
+        _, _, view = canonical_view(self.shape, self.scheme)
+        k = self.n_outliers
+        return layout((view[0], view[1] - k, view[2]), self.scheme)
+
+    @property
+    def n_outliers(self) -> int:
+        return 0 if self.outlier_index is None else int(self.outlier_index.size)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def element_bits(self) -> int:
+        from precisionlab.quant.core import make_codec
+
+        return make_codec(self.scheme).bits
+
+    def _squeeze(self, arr: np.ndarray) -> np.ndarray:
+        return arr[0] if arr.shape[0] == 1 else arr
+
+    @property
+    def codes(self) -> np.ndarray:
+        """Unpacked element codes (uint8), shape (Mp, Np) or (B, Mp, Np)."""
+        lay = self.layout
+        return self._squeeze(unpack(self.packed, self.element_bits, lay.n_stored).reshape(lay.padded))
+
+    @property
+    def scales(self) -> np.ndarray:
+        """Stored scale values (float32): one per block, shape (Mp/br, Np/bc) or (B, ...)."""
+        return self._squeeze(self.scale_values)
+
+    @property
+    def scale_codes(self) -> np.ndarray:
+        """The scales' bit patterns in the scale format (ue8m0: biased exponent, 0xFF = NaN)."""
+        fmt = get_format(self.scheme.scale)
+        assert isinstance(fmt, FloatFormat)
+        return self._squeeze(np.asarray(encode(self.scale_values, fmt, overflow="saturate")))
+
+    # ----------------------------------------------------------------- bytes
+    def byte_breakdown(self) -> dict[str, int]:
+        """Bytes of each stored part (see the module docstring)."""
+        lay = self.layout
+        bits = self.element_bits
+        scale_bits = get_format(self.scheme.scale).bits
+        parts = {
+            "payload": packed_nbytes(lay.n_stored, bits) if bits in (2, 4, 6, 8) else -(-lay.n_stored * bits // 8),
+            "scales": -(-lay.n_blocks * scale_bits // 8),
+            "zero_points": 0 if self.zero_points is None else -(-lay.n_blocks * bits // 8),
+            "outliers": 0,
+            "tensor_scale": TENSOR_SCALE_BYTES if self.tensor_scale is not None else 0,
+        }
+        if self.outlier_rows is not None:
+            parts["outliers"] = self.outlier_rows.size * 2 + self.n_outliers * OUTLIER_INDEX_BYTES
+        return parts
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.byte_breakdown().values())
+
+    @property
+    def bits_per_element(self) -> float:
+        return 8.0 * self.nbytes / self.size
+
+    @property
+    def padded_elements(self) -> int:
+        """Zero elements added to fill the last group / block (stored and counted)."""
+        lay = self.layout
+        return lay.n_stored - math.prod(lay.view)
+
+    def dequantize(self, dtype: Any = np.float32) -> np.ndarray:
+        """x_hat = code value * stored scale (asym: (q - z) * s), in the input's shape."""
+        from precisionlab.quant.core import dequantize
+
+        return dequantize(self, dtype)
+
+    def __repr__(self) -> str:
+        return (f"QuantizedTensor(scheme={str(self.scheme)!r}, shape={self.shape}, nbytes={self.nbytes}, "
+                f"bits_per_element={self.bits_per_element:.4g})")
