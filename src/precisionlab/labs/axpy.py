@@ -1,0 +1,86 @@
+"""The bandwidth lab: y = a·x + y in fp32, fp16 and bf16 against the machine's copy bandwidth.
+
+An axpy moves 3 elements per element (read x, read y, write y) for 2 FLOPs, so it is
+memory-bound everywhere: halving the element width halves the bytes, and the speedup
+should approach (but not reach) 2× while GB/s stays roughly equal across precisions.
+"""
+
+from __future__ import annotations
+
+from precisionlab.gemm.timing import ELEMENT_BYTES, Timing, axpy_timing, copy_bandwidth
+from precisionlab.labs import Lab
+from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+DEFAULT_N = 1 << 24
+BYTES_PER_ELEMENT_MOVED = 3
+
+
+def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> LabResult:
+    """Time axpy per precision and the copy ceiling (CPU: fastest of numpy and torch; GPU: Triton and torch)."""
+    if n <= 0:
+        raise ValueError(f"n must be a positive integer, got {n}")
+    if backend == "gpu":
+        return _run_gpu(n)
+    if backend != "cpu":
+        raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
+    copy = copy_bandwidth(n, time_budget)
+    timings = [axpy_timing(p, n, time_budget) for p in PRECISIONS]
+    return assemble(timings, copy.gbps, f"CPU ({copy.name} ceiling)", {"n": n, "backend": backend})
+
+
+def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict[str, Scalar]) -> LabResult:
+    base = next(t for t in timings if t.precision == "fp32")
+    findings: dict[str, Scalar] = {"machine.copy_gbps": copy_gbps}
+    rows: list[list[Scalar]] = []
+    for t in timings:
+        speedup = base.seconds / t.seconds
+        fraction = t.gbps / copy_gbps
+        width = ELEMENT_BYTES[t.precision]
+        rows.append([t.precision, t.name, width * BYTES_PER_ELEMENT_MOVED, t.seconds * 1e3, t.gbps, speedup,
+                     float(base.bytes / t.bytes), fraction])
+        findings[f"axpy.{t.precision}.ms"] = t.seconds * 1e3
+        findings[f"axpy.{t.precision}.gbps"] = t.gbps
+        findings[f"axpy.{t.precision}.fraction_of_copy"] = fraction
+        if t.precision != "fp32":
+            findings[f"axpy.{t.precision}_speedup"] = speedup
+    table = Table(
+        key="axpy", title=f"y = a·x + y over {params['n']} elements on {machine}",
+        columns=["precision", "path", "bytes/elem", "ms/iter", "GB/s", "speedup vs fp32", "byte ratio",
+                 "fraction of copy"],
+        rows=rows,
+        note=("GB/s = 3·n·w / time (read x, read y, write y). A memory-bound kernel's speedup is at most the byte "
+              "ratio; equal GB/s across rows is the signature of the bandwidth limit. fraction of copy: against the "
+              "measured copy bandwidth of the same machine."),
+        formats={"ms/iter": ".3f", "GB/s": ".3g", "speedup vs fp32": ".2f", "byte ratio": ".2f",
+                 "fraction of copy": ".2f"},
+    )
+    figure = Figure(
+        key="axpy_bandwidth", title="axpy bandwidth against the measured copy ceiling", xlabel="precision",
+        ylabel="GB/s", series=[Series("axpy GB/s", [t.precision for t in timings],  # type: ignore[misc]
+                                      [t.gbps for t in timings], kind="bar")],
+        hlines=[(copy_gbps, f"copy {copy_gbps:.3g} GB/s")],
+    )
+    fp16 = findings.get("axpy.fp16_speedup")
+    return LabResult(
+        name="axpy", title="Bandwidth: axpy in fp32, fp16 and bf16", sections=[table], figures=[figure],
+        findings=findings, params=params,
+        summary=(f"fp16 runs {fp16:.2f}× the fp32 speed (byte ratio 2); copy ceiling {copy_gbps:.3g} GB/s."
+                 if isinstance(fp16, float) else ""),
+    )
+
+
+def _run_gpu(n: int) -> LabResult:
+    from precisionlab.labs.gemm import load_gpu_bench
+
+    bench = load_gpu_bench()
+    rows, copy_gbps = bench.axpy_rows(n)
+    best: dict[str, Timing] = {}
+    for r in rows:
+        timing = Timing(r.name, r.kind, r.precision, r.ms / 1e3, 2.0 * n, r.bytes, str(n))
+        if r.precision not in best or timing.seconds < best[r.precision].seconds:
+            best[r.precision] = timing
+    return assemble([best[p] for p in PRECISIONS], copy_gbps, "GPU", {"n": n, "backend": "gpu"})
+
+
+LAB = Lab(name="axpy", title="Bandwidth: axpy", run=run, order=31, quick={"n": 1 << 16, "time_budget": 0.01})
