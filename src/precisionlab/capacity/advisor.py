@@ -417,7 +417,7 @@ RULES: tuple[Rule, ...] = (
               "±{qmax} levels ({int4_bits:.3g} bits per weight with scale and zero point)",
         precision="a step of max|w|/{qmax} per group: worst rounding error {int4_rel:.3g} of the group's max, "
                   "against bf16's {u[bf16]:.3g} relative",
-        throughput="batch-1 decode runs at {intensity:.2g} FLOP/byte against a ridge of {ridge:.0f}: bandwidth-"
+        throughput="single-sequence decode runs at {intensity:.2g} FLOP/byte against a ridge of {ridge:.0f}: bandwidth-"
                    "bound, so tokens/s follow bytes: bf16 {tps_bf16:.0f} → int4 {tps_int4:.0f} tokens/s "
                    "(×{speedup:.2g}) at {ctx} context; weights {w_bf16:.3g} → {w_int4:.3g} GB of {gpu_mem:.0f} "
                    "lifts the batch at {ctx} tokens (fp8 KV) from {batch_bf16} to {batch_int4}",
@@ -432,7 +432,7 @@ RULES: tuple[Rule, ...] = (
         recommend="accumulate in fp32 (storage may stay bf16/fp16); two-pass or Welford variance",
         range="a sum of squares over {hidden} values overflows fp16 ({fmt[fp16].max_finite:.0f}) once their RMS "
               "passes {overflow_rms:.3g}; fp32 holds {fmt[fp32].max_finite:.3g}",
-        precision="an fp16 running sum of {count:.0e} terms of {term:g} stalls at {stall:g} (ulp/2 there is "
+        precision="an fp16 running sum of {count:.0e} terms of {term:g} stalls at {stall:g} (half an ulp there is "
                   "{half_ulp:.3g} > {term:g}): {stall_err:.1%} error; an fp32 sum stalls only at {stall_fp32:.3g}",
         throughput="reductions are bandwidth-bound ({reduce_intensity:.2g} FLOP/byte on {storage_bytes:.0f}-byte "
                    "elements against a ridge of {ridge:.0f} on {gpu}): the wide accumulator costs registers, not "
@@ -454,8 +454,8 @@ RULES: tuple[Rule, ...] = (
                   "{u[fp16]:.3g}; attention averages over many tokens, diluting independent rounding errors",
         throughput="{kv_fp16_kib:.4g} KiB/token in fp16 → {kv_fp8_kib:.4g} in fp8; one {ctx_label} sequence holds "
                    "{seq_fp16_gib:.3g} → {seq_fp8_gib:.3g} GiB, so the batch on {gpu} grows {batch_fp16} → "
-                   "{batch_fp8}. The fp16 cache outweighs the {w_gb:.3g} GB of weights from {cross_1} tokens at "
-                   "batch 1 and {cross_b} at batch {batch}; decode at batch {dbatch}: {tps_fp16:.0f} → "
+                   "{batch_fp8}. The fp16 cache outweighs the {w_gb:.3g} GB of weights from {cross_1} tokens for "
+                   "one sequence and {cross_b} at batch {batch}; decode at batch {dbatch}: {tps_fp16:.0f} → "
                    "{tps_fp8:.0f} tokens/s",
         risk="attention-score error that grows with context, and a quantize/dequantize step on the attention path",
         revert="a long-context eval (retrieval at {ctx_label}, perplexity) regresses beyond budget against the fp16 "

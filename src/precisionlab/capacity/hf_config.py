@@ -4,7 +4,8 @@ Understood: Llama-style decoders (llama, mistral, qwen2, ...), Mixtral-style MoE
 (`num_local_experts`) and DeepSeek-V2/V3 (MLA `kv_lora_rank`, `n_routed_experts`).
 Conventions the Transformers library uses when a field is absent:
   num_key_value_heads -> num_attention_heads (plain multi-head attention)
-  head_dim            -> hidden_size / num_attention_heads (which must then divide exactly)
+  head_dim            -> hidden_size / num_attention_heads (which must then divide exactly);
+                         v_head_dim for MLA models, whose heads need not divide the hidden size
   tie_word_embeddings -> false (the Llama-family default)
 A missing required field, a value of the wrong type, a zero head count or a head size
 that does not divide the hidden size is a ValueError naming the field.
@@ -64,6 +65,8 @@ def model_from_config(data: dict[str, Any], name: str, where: str = "config") ->
     kv_heads = integer("num_key_value_heads", default=heads)
     if "head_dim" in data and data["head_dim"] is not None:
         head_dim = integer("head_dim")
+    elif data.get("kv_lora_rank"):
+        head_dim = integer("v_head_dim")  # MLA: heads need not divide the hidden size
     elif hidden % heads:
         raise ValueError(f"{where}: hidden_size {hidden} is not divisible by num_attention_heads {heads} "
                          "and the file gives no head_dim")

@@ -80,6 +80,7 @@ def max_batch(model: ModelShape, accelerator: Accelerator, weights: str | Scheme
               reserve: float = DEFAULT_RESERVE, tp: int = 1) -> BatchFit:
     """Largest batch of `context`-token sequences that fits on each of tp devices (formula above)."""
     check_reserve(reserve)
+    check_tp(tp)
     if context <= 0:
         raise ValueError(f"context must be positive, got {context}")
     budget = accelerator.memory_bytes * (1 - reserve)

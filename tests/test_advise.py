@@ -1,0 +1,157 @@
+"""The format advisor: rules as data, every column filled, numbers from the engine, and the seed's answers."""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+
+import pytest
+
+from precisionlab.capacity.advisor import (
+    RULES,
+    SCENARIOS,
+    Inputs,
+    Rule,
+    advise,
+    candidates,
+    decades_at,
+    stall_point,
+    unit_roundoff,
+)
+from precisionlab.formats import get_format
+from precisionlab.hardware import get_accelerator
+
+H100 = Inputs(accelerator=get_accelerator("h100"), gpu_key="h100")
+
+
+def literal_text(template: str) -> str:
+    """A template with its {fields} removed: what was typed by hand."""
+    return "".join(text for text, _, _, _ in string.Formatter().parse(template))
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.scenario)
+def test_templates_hold_no_typed_numbers(rule: Rule) -> None:
+    for column in ("title", *Rule.COLUMNS):
+        text = literal_text(getattr(rule, column))
+        # digits are allowed only inside names such as fp16, e4m3, W4A16
+        assert not re.search(r"(?<![A-Za-z0-9_])\d", text), f"{rule.scenario}.{column}: {text!r}"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_column_filled(scenario: str) -> None:
+    advice = advise(scenario, H100)
+    for column in ("title", "format", *Rule.COLUMNS):
+        value = getattr(advice, column)
+        assert isinstance(value, str) and value, (scenario, column)
+        assert column == "format" or len(value) > 10, (scenario, column)
+        assert "{" not in value and "nan" not in value.split(), (scenario, column, value)  # every field filled
+    # each argued column carries at least one number
+    for column in ("range", "precision", "throughput"):
+        assert re.search(r"\d", getattr(advice, column)), (scenario, column)
+
+
+def test_fp8_trap_numbers_from_the_engine() -> None:
+    advice = advise("fp8_portability", H100)
+    assert advice.facts["code_ratio"] == 2.0  # seeds: "identical bits decode a factor of two apart"
+    assert advice.facts["distinct_ratios"] == 1
+    assert advice.facts["nan_code_hex"] == "0x80"  # NaN in FNUZ, -0 in OCP
+    assert advice.facts["ocp_meaning"] == "-0"
+    assert "max 448" in advice.range and "max 240" in advice.range
+    assert "bias 7" in advice.range and "bias 8" in advice.range
+    assert "tag" in advice.recommend
+    assert advise("fp8_portability", Inputs(accelerator=get_accelerator("mi300x"), gpu_key="mi300x")
+                  ).facts["target_fp8"] == "e4m3fnuz"
+
+
+def test_reduction_stall_matches_the_seed() -> None:
+    # seeds: summing 1e6 terms of 1e-2 in fp16 stalls at about 32 (ulp/2 at 32 is 1.6e-2 > 1e-2), 99.7% error
+    assert stall_point(1e-2, "fp16") == 32
+    facts = advise("reduction", H100).facts
+    assert facts["stall"] == 32
+    assert facts["half_ulp"] == 2.0**-6
+    assert round(facts["stall_err"] * 100, 1) == 99.7
+    assert facts["stall_fp32"] == 2**18  # ulp(2^18) / 2 = 2^-6 > 1e-2 in fp32 (2^18 * 2^-23 / 2)
+    assert facts["overflow_rms"] == pytest.approx((65504 / 4096) ** 0.5)
+
+
+def test_pretrain_memory_bill() -> None:
+    facts = advise("pretrain", H100).facts
+    assert facts["bytes_per_param"] == 16  # 2 + 2 + 4 + 4 + 4: same as pure fp32 Adam (seeds, exercise 2)
+    assert facts["train_tb"] == pytest.approx(70_553_706_496 * 16 / 1e12)
+    assert facts["min_gpus"] == -(-70_553_706_496 * 16 // (80 * 10**9))
+
+
+def test_serve_and_kv_numbers_come_from_the_capacity_model() -> None:
+    serve = advise("serve", H100).facts
+    assert serve["speedup"] > 2.5 and serve["ridge"] / serve["intensity"] > 100
+    assert serve["ttft_int4_ms"] == pytest.approx(serve["ttft_bf16_ms"])  # prefill: compute-bound
+    kv = advise("kv_cache", H100).facts
+    assert kv["kv_fp16_kib"] == 128 and kv["kv_fp8_kib"] == 64
+    assert kv["batch_fp8"] >= 2 * kv["batch_fp16"]
+    faster = advise("kv_cache", Inputs(accelerator=get_accelerator("h100").with_overrides(bandwidth_gbs=6700),
+                                      gpu_key="h100")).facts
+    assert faster["tps_fp16"] == pytest.approx(2 * kv["tps_fp16"])
+
+
+def test_unit_roundoff_and_decades_by_hand() -> None:
+    assert unit_roundoff(get_format("bf16")) == 2.0**-8
+    assert unit_roundoff(get_format("int8")) == 1 / 254
+    assert decades_at(get_format("int8"), 0.01) == pytest.approx(__import__("math").log10(2 * 0.01 * 127))
+    assert decades_at(get_format("e4m3"), 0.01) == 0  # e4m3's 2^-4 > 0.01
+
+
+def test_custom_picks_the_targets_fp8_flavour() -> None:
+    want = {"role": "kv_cache", "range_decades": 3.0, "rel_error": 0.07, "bound": "memory"}
+    assert candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", **want))[0].name == "e4m3"
+    mi = candidates(Inputs(accelerator=get_accelerator("mi300x"), gpu_key="mi300x", **want))
+    assert mi[0].name == "e4m3fnuz" and "e4m3" not in [c.name for c in mi]
+
+
+def test_custom_compute_bound_needs_a_matrix_rate() -> None:
+    want = {"role": "activations", "range_decades": 1.0, "rel_error": 0.1, "bound": "compute"}
+    # A100 has no fp8 path: int8 (624 TOPS, 1.4 decades at 10%) beats bf16 (312)
+    assert candidates(Inputs(accelerator=get_accelerator("a100"), gpu_key="a100", **want))[0].name == "int8"
+    assert candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", **want))[0].name in ("e4m3", "int8")
+    accum = candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", role="accumulator",
+                              range_decades=10, rel_error=1e-6, bound="memory"))
+    assert accum[0].name == "fp32"
+
+
+def test_custom_errors() -> None:
+    with pytest.raises(ValueError, match="no format meets"):
+        advise("custom", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", rel_error=1e-30))
+    with pytest.raises(ValueError, match="unknown tensor role"):
+        candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", role="bias"))
+
+
+def test_cli_all_scenarios(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("advise", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["findings"]["advise.fp8_portability.code_ratio"] == 2.0
+    assert data["findings"]["advise.reduction.stall"] == 32
+    assert data["findings"]["advise.kv_cache.format"].startswith("fp8")
+    advice = data["sections"][0]
+    assert advice["columns"][-2:] == ["risk accepted", "revert if"]
+    assert len(advice["rows"]) == len(SCENARIOS)
+
+
+def test_cli_custom_from_options(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("advise", "--role", "weights", "--range-decades", "3", "--rel-error", "0.07", "--gpu", "mi300x",
+                     "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["findings"]["advise.custom.format"] == "e4m3fnuz"
+
+
+def test_cli_model_override_and_terminal(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("advise", "serve", "--model", "llama3_8b")
+    assert result.exit_code == 0, result.output
+    assert "Llama-3-8B" in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ("nope",), ("custom", "--rel-error", "1e-30"), ("serve", "--model", "llama9"), ("--bound", "disk"),
+])
+def test_cli_bad_input_exit_2(run_cli, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli("advise", *args).exit_code == 2

@@ -1,0 +1,121 @@
+"""config.json loading: real configs reproduce the presets; bad files give one-line errors naming the problem."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from precisionlab.capacity import get_model, kv_bytes_per_token, load_config, model_from_config
+
+# meta-llama/Meta-Llama-3-8B config.json as published (all fields).
+LLAMA3_8B_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0", "use_cache": True, "vocab_size": 128256,
+}
+
+# deepseek-ai/DeepSeek-V3 config.json, the fields that shape the model.
+DEEPSEEK_V3_CONFIG: dict[str, Any] = {
+    "model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1,
+    "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "vocab_size": 129280, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+}
+
+# Qwen/Qwen2.5-7B config.json: sliding_window is set but switched off.
+QWEN_CONFIG: dict[str, Any] = {
+    "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 131072,
+    "sliding_window": 131072, "use_sliding_window": False, "max_window_layers": 28, "tie_word_embeddings": False,
+}
+
+
+def write(tmp_path: Path, data: object, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def same_shape(a: object, b: object) -> bool:
+    skip = {"key", "name", "source"}
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in skip)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("config", "preset"), [
+    (LLAMA3_8B_CONFIG, "llama3_8b"), (DEEPSEEK_V3_CONFIG, "deepseek_v3"), (QWEN_CONFIG, "qwen2_5_7b"),
+])
+def test_published_configs_reproduce_presets(tmp_path: Path, config: dict[str, Any], preset: str) -> None:
+    model = load_config(write(tmp_path, config), name="x")
+    assert same_shape(model, get_model(preset))
+    assert model.params().total == get_model(preset).params().total
+
+
+def test_name_from_folder_and_hub_path(tmp_path: Path) -> None:
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    model = load_config(write(folder, LLAMA3_8B_CONFIG))
+    assert model.key == "meta_llama_3_8b"
+    assert kv_bytes_per_token(model, "fp16") == 131072
+    named = load_config(write(tmp_path, {**LLAMA3_8B_CONFIG, "_name_or_path": "org/My.Model-v2"}, "c.json"))
+    assert named.key == "my_model_v2"
+
+
+def test_defaults_when_optional_fields_are_absent() -> None:
+    data = {k: v for k, v in LLAMA3_8B_CONFIG.items() if k not in ("num_key_value_heads", "tie_word_embeddings")}
+    model = model_from_config(data, "mha")
+    assert model.kv_heads == model.heads == 32  # no num_key_value_heads: plain multi-head attention
+    assert model.head_dim == 4096 // 32
+
+
+def test_mistral_sliding_window_read() -> None:
+    data = {**LLAMA3_8B_CONFIG, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096}
+    assert model_from_config(data, "m").sliding_window == 4096
+
+
+def test_missing_fields_are_all_named(tmp_path: Path) -> None:
+    data = {k: v for k, v in LLAMA3_8B_CONFIG.items() if k not in ("hidden_size", "vocab_size")}
+    with pytest.raises(ValueError, match=r"lacks required field\(s\): hidden_size, vocab_size"):
+        load_config(write(tmp_path, data))
+
+
+def test_malformed_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden_size": 4096,')
+    with pytest.raises(ValueError, match=r"malformed config\.json .*line 1"):
+        load_config(path)
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        load_config(write(tmp_path, [1, 2]))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"num_attention_heads": 0}, "num_attention_heads must be positive"),
+    ({"num_key_value_heads": 0}, "num_key_value_heads must be positive"),
+    ({"num_attention_heads": 30}, "hidden_size 4096 is not divisible by num_attention_heads 30"),
+    ({"num_key_value_heads": 5}, "not a multiple of num_key_value_heads 5"),
+    ({"num_hidden_layers": "32"}, "num_hidden_layers must be an integer"),
+    ({"num_hidden_layers": 32.5}, "num_hidden_layers must be an integer"),
+    ({"sliding_window": -1}, "sliding_window must be positive"),
+])
+def test_impossible_shapes(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        model_from_config({**LLAMA3_8B_CONFIG, **change}, "bad")
+
+
+def test_explicit_head_dim_need_not_divide() -> None:
+    # Gemma-style: head_dim given, heads x head_dim != hidden size, and that is allowed
+    model = model_from_config({**LLAMA3_8B_CONFIG, "num_attention_heads": 24, "head_dim": 256,
+                               "num_key_value_heads": 8}, "g")
+    assert model.head_dim == 256
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="cannot read model config"):
+        load_config(tmp_path / "nope.json")

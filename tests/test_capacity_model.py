@@ -1,0 +1,221 @@
+"""Capacity model arithmetic against the seed's worked numbers and hand calculations written out here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from precisionlab.capacity import (
+    PRESETS,
+    cache_exceeds_weights_context,
+    decode_step,
+    decode_weight_bytes,
+    get_model,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_bytes_per_token_per_layer,
+    kv_shard_fraction,
+    max_batch,
+    prefill,
+    weight_bytes,
+)
+from precisionlab.capacity.roofline import bare_decode, causal_attended_tokens
+from precisionlab.capacity.schemes import expected_expert_fraction
+from precisionlab.hardware import Accelerator, get_accelerator
+
+LLAMA3_8B = get_model("llama3_8b")
+H100 = get_accelerator("h100")
+
+
+# ---- the seed's KV anchor: 2 x 8 x 128 values per layer, 128 KiB per token, 1 GiB per 8k sequence --------
+
+def test_llama3_8b_kv_anchor_from_the_seed() -> None:
+    assert LLAMA3_8B.kv_values_per_token_per_layer == 2 * 8 * 128 == 2048
+    assert kv_bytes_per_token_per_layer(LLAMA3_8B, "fp16") == 2048 * 2
+    assert kv_bytes_per_token(LLAMA3_8B, "fp16") == 128 * 1024
+    assert kv_bytes_per_sequence(LLAMA3_8B, "fp16", 8192) == 2**30
+    # batch 32 at 8k: 32 GiB, about twice the ~16 GB of fp16 weights
+    assert 32 * kv_bytes_per_sequence(LLAMA3_8B, "fp16", 8192) / weight_bytes(LLAMA3_8B, "bf16") == pytest.approx(
+        2.0, rel=0.1)
+
+
+def test_kv_bytes_with_scales_by_hand() -> None:
+    # one K or V head vector of 128 values, 16 such vectors per layer (8 KV heads x K,V), 32 layers
+    vectors = 16 * 32
+    assert kv_bytes_per_token(LLAMA3_8B, "fp8") == vectors * 128  # 1 byte each, per-tensor scales only
+    assert kv_bytes_per_token(LLAMA3_8B, "int8") == vectors * (128 + 2 * 2)  # two g64 groups, fp16 scale
+    assert kv_bytes_per_token(LLAMA3_8B, "int4") == vectors * (64 + 2 * 4)  # two groups, fp16 scale + zero
+    assert kv_bytes_per_token(LLAMA3_8B, "kivi2") == vectors * (32 + 4 * 4)  # four g32 groups, scale + zero
+    # KIVI keeps the newest 128 tokens in fp16
+    assert kv_bytes_per_sequence(LLAMA3_8B, "kivi2", 8192) == 128 * 131072 + (8192 - 128) * vectors * 48
+    assert kv_bytes_per_sequence(LLAMA3_8B, "kivi2", 100) == 100 * 131072
+
+
+def test_deepseek_v3_mla_latent_cache() -> None:
+    ds = get_model("deepseek_v3")
+    assert ds.kv_values_per_token_per_layer == 512 + 64
+    assert kv_bytes_per_token(ds, "fp16") == (512 + 64) * 61 * 2
+    # the latent is shared by all heads: a KV head count of 128 would cache 2*128*128 values instead
+    assert kv_bytes_per_token(ds, "fp16") < kv_bytes_per_token(get_model("llama3_70b"), "fp16")
+    assert kv_shard_fraction(ds, 8) == 1.0
+
+
+# ---- parameter counts against the published totals -------------------------------------------------------
+
+@pytest.mark.parametrize(("key", "published"), [
+    ("llama3_8b", 8_030_261_248),  # Meta-Llama-3-8B safetensors total
+    ("llama3_70b", 70_553_706_496),
+    ("llama2_13b", 13_015_864_320),
+    ("mistral_7b", 7_241_732_096),
+])
+def test_dense_parameter_counts_match_published(key: str, published: int) -> None:
+    assert PRESETS[key].params().total == published
+
+
+def test_llama3_8b_parameter_count_by_hand() -> None:
+    h, layers, vocab = 4096, 32, 128256
+    attention = h * h + 2 * h * 1024 + h * h
+    mlp = 3 * h * 14336
+    assert LLAMA3_8B.params().total == layers * (attention + mlp + 2 * h) + h + 2 * vocab * h
+
+
+def test_qwen_and_deepseek_against_model_cards() -> None:
+    qwen = get_model("qwen2_5_7b").params()
+    assert qwen.total / 1e9 == pytest.approx(7.61, abs=0.01)  # "Number of Parameters: 7.61B"
+    assert (qwen.total - qwen.embedding - qwen.lm_head) / 1e9 == pytest.approx(6.53, abs=0.01)  # non-embedding
+    ds = get_model("deepseek_v3").params()
+    assert ds.total / 1e9 == pytest.approx(671, abs=1)  # "671B total parameters"
+    assert 36e9 < ds.active < 38.5e9  # "37B activated for each token"
+
+
+# ---- the seed's decode worked example ---------------------------------------------------------------------
+
+SEED_GPU = Accelerator("seed", memory_gb=80, bandwidth_gbs=3000, peak_tflops={"bf16": 1000})
+
+
+@pytest.mark.parametrize(("bits", "seed_tokens_per_s"), [(16, 115), (8, 231), (4, 462)])
+def test_seed_decode_tokens_per_second(bits: int, seed_tokens_per_s: int) -> None:
+    roof = bare_decode(13e9, bits, SEED_GPU)
+    assert round(1 / roof.time) == seed_tokens_per_s
+    assert roof.intensity == pytest.approx(2 / (bits / 8))  # 2 FLOPs per weight over its bytes
+    assert round(roof.ridge) == 333
+    assert roof.bound == "memory"
+    assert roof.ridge / roof.intensity > 50  # about two orders of magnitude below the ridge
+
+
+# ---- batch capacity ----------------------------------------------------------------------------------------
+
+def test_max_batch_by_hand() -> None:
+    weights = 8_030_261_248 * 2  # all in bf16
+    budget = 80e9 * 0.9
+    per_seq = 4096 * 131072
+    fit = max_batch(LLAMA3_8B, H100, "bf16", "fp16", 4096)
+    assert fit.weight_bytes == weights
+    assert fit.batch == math.floor((budget - weights) / per_seq) == 104
+    assert max_batch(LLAMA3_8B, H100, "bf16", "fp16", 4096, reserve=0.0).batch == math.floor((80e9 - weights) / per_seq)
+
+
+def test_fp8_cache_doubles_the_batch_and_flags() -> None:
+    for context in (4096, 32768, 131072):
+        fp16 = max_batch(LLAMA3_8B, H100, "bf16", "fp16", context).batch
+        fp8 = max_batch(LLAMA3_8B, H100, "bf16", "fp8", context).batch
+        assert fp8 in (2 * fp16, 2 * fp16 + 1)
+    assert not max_batch(LLAMA3_8B, H100, "bf16", "fp16", 8192).past_max_context
+    assert max_batch(LLAMA3_8B, H100, "bf16", "fp16", 32768).past_max_context
+    assert "past model max" in max_batch(LLAMA3_8B, H100, "bf16", "fp16", 32768).flag
+
+
+def test_weights_that_do_not_fit() -> None:
+    fit = max_batch(get_model("llama3_70b"), get_accelerator("rtx4090"), "bf16", "fp16", 4096)
+    assert fit.batch == 0 and not fit.weights_fit and "do not fit" in fit.flag
+
+
+def test_sliding_window_caps_the_cache() -> None:
+    mistral = get_model("mistral_7b")
+    assert kv_bytes_per_sequence(mistral, "fp16", 32768) == 4096 * 131072
+    assert max_batch(mistral, H100, "bf16", "fp16", 32768).batch == max_batch(mistral, H100, "bf16", "fp16",
+                                                                               4096).batch
+    assert cache_exceeds_weights_context(mistral, "bf16", "fp16", 1) == math.inf
+    assert cache_exceeds_weights_context(mistral, "bf16", "fp16", 32) < 4096
+
+
+def test_cache_exceeds_weights_context_by_hand() -> None:
+    weights = 8_030_261_248 * 2
+    assert cache_exceeds_weights_context(LLAMA3_8B, "bf16", "fp16", 1) == weights // 131072 + 1
+    assert cache_exceeds_weights_context(LLAMA3_8B, "bf16", "fp16", 32) == weights // (32 * 131072) + 1
+    assert cache_exceeds_weights_context(LLAMA3_8B, "bf16", "fp8", 1) == weights // 65536 + 1
+
+
+def test_tensor_parallel_memory() -> None:
+    assert kv_shard_fraction(LLAMA3_8B, 2) == 0.5
+    assert kv_shard_fraction(LLAMA3_8B, 16) == 1 / 8  # 8 KV heads: replicated past tp = 8
+    one = max_batch(LLAMA3_8B, H100, "bf16", "fp16", 8192, tp=1)
+    two = max_batch(LLAMA3_8B, H100, "bf16", "fp16", 8192, tp=2)
+    assert two.weight_bytes == pytest.approx(one.weight_bytes / 2)
+    assert two.kv_bytes_per_seq == one.kv_bytes_per_seq / 2
+    with pytest.raises(ValueError, match="tensor-parallel"):
+        max_batch(LLAMA3_8B, H100, "bf16", "fp16", 8192, tp=0)
+
+
+def test_bad_reserve() -> None:
+    with pytest.raises(ValueError, match="reserve"):
+        max_batch(LLAMA3_8B, H100, "bf16", "fp16", 8192, reserve=1.0)
+
+
+# ---- weight bytes -----------------------------------------------------------------------------------------
+
+def test_weight_bytes_with_scales_by_hand() -> None:
+    p = LLAMA3_8B.params()
+    kept = p.embedding + p.lm_head + p.small
+    assert weight_bytes(LLAMA3_8B, "int4") == p.linear * (4 + 32 / 128) / 8 + kept * 2
+    assert weight_bytes(LLAMA3_8B, "fp8") == p.linear * (8 + 32 / (128 * 128)) / 8 + kept * 2
+
+
+# ---- decode, prefill, MoE ---------------------------------------------------------------------------------
+
+def test_decode_batch1_by_hand() -> None:
+    p = LLAMA3_8B.params()
+    read = (p.total - p.embedding) * 2 + 8192 * 131072  # weights less the embedding table, plus the cache
+    step = decode_step(LLAMA3_8B, H100, "bf16", "fp16", 8192, batch=1)
+    assert step.roof.bytes == read
+    assert step.tokens_per_s == pytest.approx(3350e9 / read)
+    assert step.roof.bound == "memory"
+
+
+def test_batching_raises_intensity_and_throughput() -> None:
+    one = decode_step(LLAMA3_8B, H100, "bf16", "fp16", 8192, batch=1)
+    many = decode_step(LLAMA3_8B, H100, "bf16", "fp16", 8192, batch=32)
+    assert many.roof.intensity > 8 * one.roof.intensity
+    assert many.tokens_per_s > 8 * one.tokens_per_s
+    assert many.tokens_per_s_per_seq < one.tokens_per_s_per_seq
+
+
+def test_prefill_is_compute_bound_and_ignores_weight_only_quantization() -> None:
+    bf16 = prefill(LLAMA3_8B, H100, "bf16", "fp16", 4096)
+    int4 = prefill(LLAMA3_8B, H100, "int4", "fp16", 4096)
+    assert bf16.bound == "compute"
+    assert int4.time == pytest.approx(bf16.time)
+    # decode, by contrast, gets faster with int4 weights
+    assert decode_step(LLAMA3_8B, H100, "int4", "fp16", 4096).tokens_per_s > 2.5 * decode_step(
+        LLAMA3_8B, H100, "bf16", "fp16", 4096).tokens_per_s
+    assert causal_attended_tokens(4, None) == 1 + 2 + 3 + 4
+    assert causal_attended_tokens(6, 3) == 1 + 2 + 3 + 3 + 3 + 3
+
+
+def test_moe_decode_reads_only_active_experts() -> None:
+    ds = get_model("deepseek_v3")
+    assert expected_expert_fraction(ds, 1) == 8 / 256
+    assert expected_expert_fraction(ds, 2) == pytest.approx(1 - (1 - 8 / 256) ** 2)
+    p = ds.params()
+    one = decode_weight_bytes(ds, "bf16", batch=1)
+    assert one == pytest.approx((p.active - p.embedding) * 2)
+    assert decode_weight_bytes(ds, "bf16", batch=4096) == pytest.approx((p.total - p.embedding) * 2, rel=1e-6)
+
+
+def test_fp8_weights_use_the_fp8_peak_where_present() -> None:
+    from precisionlab.capacity import matmul_precision
+
+    assert matmul_precision("fp8", H100) == "fp8"
+    assert matmul_precision("fp8", get_accelerator("a100")) == "bf16"
+    assert matmul_precision("int4", H100) == "bf16"
