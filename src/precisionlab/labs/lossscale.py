@@ -31,6 +31,8 @@ def _load_sample(census_file: str | Path | None) -> GradientSample:
 
 def census_part(sample: GradientSample) -> tuple[list[Table], list[Figure], dict[str, Scalar]]:
     """Census table (each format, then fp16 after the largest safe power-of-two scale), figure, findings."""
+    if sample.max_magnitude == 0:
+        raise ValueError(f"{sample.source}: every gradient is zero; there is nothing to census or scale")
     exponent = max_power_of_two_scale(sample.max_magnitude, "fp16")
     rows = [census(sample, name) for name in CENSUS_FORMATS]
     scaled = census(sample, "fp16", exponent)

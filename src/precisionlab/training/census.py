@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +61,7 @@ class GradientSample:
 
     @property
     def max_magnitude(self) -> float:
-        """Largest magnitude that carries a positive weight."""
+        """Largest magnitude that carries a positive weight (0 when every value is zero)."""
         return float(self.magnitudes[self.weights > 0].max())
 
     def scaled(self, exponent: int) -> GradientSample:
@@ -97,8 +98,8 @@ def load_gradients(path: str | Path) -> GradientSample:
     if suffix == ".npy":
         try:
             values = np.load(file, allow_pickle=False)
-        except ValueError as exc:
-            raise ValueError(f"{file}: not a numeric .npy array ({exc})") from exc
+        except (ValueError, EOFError, pickle.UnpicklingError) as exc:
+            raise ValueError(f"{file}: not a readable .npy array of numbers") from exc
         return from_values(values, str(file))
     if suffix == ".csv":
         return _load_histogram_csv(file)

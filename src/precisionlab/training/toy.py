@@ -144,6 +144,8 @@ class RunLog:
     """Fraction of nonzero output gradients (dpred) that rounded to exactly zero."""
     lost_updates: list[float] = field(default_factory=list)
     """Fraction of weights whose nonzero update rounded away (w - update == w)."""
+    weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """The weights after the last step (the master copy when there is one)."""
 
     @property
     def final_loss(self) -> float:
@@ -240,6 +242,7 @@ def train(problem: Problem, variant: Variant, config: TrainConfig | None = None)
         log.lost_updates.append(float(np.mean(new[moved] == weights[moved])) if moved.any() else 0.0)
         weights = new
     log.loss.append(_loss(problem, x_c, y_c, _rd(weights, fmt), fmt)[0])
+    log.weights = weights
     return log
 
 
