@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.capacity.memory import GB, GiB, cache_exceeds_weights_context, max_batch
+from precisionlab.capacity.memory import DEFAULT_RESERVE, GB, GiB, cache_exceeds_weights_context, max_batch
 from precisionlab.capacity.models import ModelShape, get_model
 from precisionlab.capacity.roofline import decode_step, prefill
 from precisionlab.capacity.schemes import (
@@ -122,7 +122,7 @@ class Inputs:
     gpu_key: str
     model: ModelShape | None = None
     batch: int = 32
-    reserve: float = 0.10
+    reserve: float = DEFAULT_RESERVE
     tp: int = 1
     context: int = 8192
     long_context: int = 131072
@@ -163,8 +163,11 @@ class Advice:
     facts: dict[str, Any]
 
 
-def _peak_tflops(acc: Accelerator, key: str) -> float:
-    return acc.peak_tflops.get(key, math.nan)
+def rate(acc: Accelerator, key: str) -> str:
+    """A dense peak as text, or a statement that the device lists none."""
+    if key not in acc.peak_tflops:
+        return f"nothing ({acc.name} lists no {key} rate)"
+    return f"{acc.peak_tflops[key]:g} {'TOP/s' if key.startswith('int') else 'TFLOP/s'}"
 
 
 # ---- facts, one function per scenario -----------------------------------------------------------------
@@ -181,9 +184,8 @@ def pretrain_facts(inp: Inputs) -> dict[str, Any]:
     return {
         "format": "bf16",
         "model": model.name, "params_b": params / 1e9, "gpu": acc.name, "gpu_mem": acc.memory_gb,
-        "peak_bf16": _peak_tflops(acc, "bf16"), "peak_tf32": _peak_tflops(acc, "tf32"),
-        "peak_fp32": _peak_tflops(acc, "fp32"), "peak_fp8": _peak_tflops(acc, "fp8"),
-        "bf16_over_tf32": _peak_tflops(acc, "bf16") / _peak_tflops(acc, "tf32"),
+        "rate_bf16": rate(acc, "bf16"), "rate_tf32": rate(acc, "tf32"), "rate_fp32": rate(acc, "fp32"),
+        "rate_fp8": rate(acc, "fp8"),
         "bytes_per_param": bytes_per_param, "train_tb": total / 1e12,
         "min_gpus": math.ceil(total / acc.memory_bytes),
         "bf16_decades": decades_at(get_format("bf16"), 1.0),
@@ -204,6 +206,9 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
         raise TypeError(f"the int4 weight scheme stores {int4.value_format}, not an integer format")
     qmax = int4_format.symmetric_max
     prompt = ctx
+    batch_int4 = max_batch(model, acc, "int4", "fp8", ctx, inp.reserve).batch
+    fit_note = "" if batch_int4 else (f". Even int4 weights leave no room for a {ctx}-token sequence on one "
+                                      f"{acc.memory_gb:g} GB device: spread the model over several (--tp)")
     return {
         "format": "int4 (W4A16, g128)",
         "model": model.name, "gpu": acc.name, "ctx": ctx, "int4_group": int4.group, "qmax": qmax,
@@ -214,11 +219,11 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
         "tps_bf16": one_bf16.tokens_per_s, "tps_int4": one_int4.tokens_per_s,
         "speedup": one_int4.tokens_per_s / one_bf16.tokens_per_s,
         "batch_bf16": max_batch(model, acc, "bf16", "fp8", ctx, inp.reserve).batch,
-        "batch_int4": max_batch(model, acc, "int4", "fp8", ctx, inp.reserve).batch,
+        "batch_int4": batch_int4, "fit_note": fit_note,
         "prompt": prompt,
         "ttft_bf16_ms": 1e3 * prefill(model, acc, "bf16", "fp16", prompt).time,
         "ttft_int4_ms": 1e3 * prefill(model, acc, "int4", "fp16", prompt).time,
-        "peak_fp8": _peak_tflops(acc, "fp8"), "peak_bf16": _peak_tflops(acc, "bf16"),
+        "rate_fp8": rate(acc, "fp8"), "rate_bf16": rate(acc, "bf16"),
     }
 
 
@@ -398,12 +403,12 @@ RULES: tuple[Rule, ...] = (
         precision="bf16 unit roundoff {u[bf16]:.3g} (about {fmt[bf16].decimal_digits:.2g} digits) against fp16's "
                   "{u[fp16]:.3g}: an update below {u[bf16]:.3g}·|w| vanishes in a bf16 weight, hence the fp32 "
                   "master copy (u = {u[fp32]:.3g})",
-        throughput="{gpu}: bf16 {peak_bf16:.0f} TFLOP/s dense against tf32 {peak_tf32:.0f} (×{bf16_over_tf32:.2g}) "
-                   "and fp32 {peak_fp32:.0f}. Memory: {bytes_per_param:.0f} bytes/param (bf16 weights and grads, "
+        throughput="{gpu}: bf16 at {rate_bf16} dense against tf32 at {rate_tf32} and fp32 at {rate_fp32}. "
+                   "Memory: {bytes_per_param:.0f} bytes/param (bf16 weights and grads, "
                    "fp32 master and two Adam moments) = {train_tb:.3g} TB, at least {min_gpus} × {gpu_mem:.0f} GB "
                    "devices before activations",
         risk="rounding noise {noise_ratio:.0f}× fp16's in activations and gradients; fp8 (e4m3, max "
-             "{fmt[e4m3].max_finite:.0f}) would double the peak to {peak_fp8:.0f} TFLOP/s but needs per-block "
+             "{fmt[e4m3].max_finite:.0f}) would raise the matrix rate to {rate_fp8} but needs per-block "
              "scales and a validated loss curve",
         revert="a loss spike or a gap to an fp32/tf32 reference run beyond seed-to-seed noise, traced to a bf16 "
                "reduction (softmax, norm, loss) → run that op in fp32; a stalled loss with updates below "
@@ -420,11 +425,11 @@ RULES: tuple[Rule, ...] = (
         throughput="single-sequence decode runs at {intensity:.2g} FLOP/byte against a ridge of {ridge:.0f}: bandwidth-"
                    "bound, so tokens/s follow bytes: bf16 {tps_bf16:.0f} → int4 {tps_int4:.0f} tokens/s "
                    "(×{speedup:.2g}) at {ctx} context; weights {w_bf16:.3g} → {w_int4:.3g} GB of {gpu_mem:.0f} "
-                   "lifts the batch at {ctx} tokens (fp8 KV) from {batch_bf16} to {batch_int4}",
+                   "lifts the batch at {ctx} tokens (fp8 KV) from {batch_bf16} to {batch_int4}{fit_note}",
         risk="int4 rounding error in the weights (task quality; needs calibration); prefill stays compute-bound at "
              "the bf16 rate: time to first token for {prompt} tokens {ttft_bf16_ms:.0f} → {ttft_int4_ms:.0f} ms",
         revert="the task-level eval drops beyond its budget against bf16, or the workload is prefill-dominated → "
-               "fp8 W8A8 (e4m3, {peak_fp8:.0f} against {peak_bf16:.0f} TFLOP/s where the GPU has fp8) or bf16",
+               "fp8 W8A8 (e4m3 at {rate_fp8} against {rate_bf16} for bf16) or bf16",
         facts=serve_facts,
     ),
     Rule(

@@ -200,7 +200,7 @@ def seed_decode_table(findings: dict[str, Scalar]) -> Table:
         add(f"bare 13e9, {w} + scales ({WEIGHT_SCHEMES[w].note})", bits, SEED_PARAMS * bits / 8, 2 * SEED_PARAMS,
             f"{w}_scaled")
     shape = PRESETS[SEED_MODEL]
-    for w_name, w_bits in (("fp16", 16.0), ("int4", WEIGHT_SCHEMES["int4"].bits_per_value)):
+    for w_name, w_bits in (("fp16", float(get_format("fp16").bits)), ("int4", WEIGHT_SCHEMES["int4"].bits_per_value)):
         for kv in ("fp16", "fp8"):
             cache = kv_bytes_per_sequence(shape, kv, SEED_CONTEXT)
             add(f"{w_name} weights + {kv} KV of {shape.name} @{context_label(SEED_CONTEXT)}", w_bits,
