@@ -1,0 +1,84 @@
+"""`precisionlab limits`: every numerics hazard measured, each beside its fix."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from precisionlab.cli.common import emit, lab_output_options
+from precisionlab.labs import limits
+from precisionlab.labs.result import LabResult
+
+SIZE_OPTIONS = ("min_log2_n", "max_log2_n", "order_n", "variance_n", "stall_count")
+
+
+def parse_value(text: str) -> float:
+    """A finite real number, or ValueError with a one-line message."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--value must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"--value must be finite, got {text!r}")
+    return value
+
+
+def parse_formats(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError("--formats needs at least one format name")
+    return names
+
+
+@click.command("limits")
+@click.option("--value", "value_text", default="0.1", show_default=True,
+              help="The value sent through every format in the round-trip table.")
+@click.option("--formats", "formats_text", default=None, metavar="LIST",
+              help="Comma-separated float formats for the round-trip, exp and 1+t tables (default: all).")
+@click.option("--min-log2-n", type=int, default=None, help="Smallest dot-product length as a power of two [6].")
+@click.option("--max-log2-n", type=int, default=None,
+              help="Largest dot-product length as a power of two [16]; 20 gives 2^20 (about a minute).")
+@click.option("--order-n", type=int, default=None, help="Values in the summation-order sum, a multiple of 4096 [2^20].")
+@click.option("--variance-n", type=int, default=None, help="Values in the cancellation (variance) section [100000].")
+@click.option("--stall-count", type=int, default=None, help="Repeated additions of 0.01 in the stall table [1000000].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random input.")
+@click.option("--quick", is_flag=True, help="Small sizes (seconds), as the tests and `run --quick` use.")
+@lab_output_options
+def COMMAND(value_text: str, formats_text: str | None, min_log2_n: int | None, max_log2_n: int | None,
+            order_n: int | None, variance_n: int | None, stall_count: int | None, seed: int, quick: bool,
+            as_json: bool, out_dir: Path | None) -> None:
+    """Numerics hazards: exp overflow, lost updates, accumulation, summation order,
+    cancellation and the two E4M3s, each measured and shown beside its fix."""
+    options: dict[str, object] = dict(limits.LAB.quick) if quick else {}
+    given = {"min_log2_n": min_log2_n, "max_log2_n": max_log2_n, "order_n": order_n, "variance_n": variance_n,
+             "stall_count": stall_count}
+    for name, size in given.items():
+        if size is None:
+            continue
+        if size <= 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {size}")
+        options[name] = size
+    options["value"] = parse_value(value_text)
+    options["formats"] = parse_formats(formats_text)
+    options["seed"] = seed
+    result = _run_with_progress(options)
+    emit(result, as_json, out_dir)
+
+
+def _run_with_progress(options: dict[str, object]) -> LabResult:
+    """Run the lab with a transient progress bar on stderr (one step per section)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("limits", total=7)
+
+        def step(section: str) -> None:
+            progress.update(task, description=f"limits: {section}")
+            progress.advance(task)
+
+        return limits.run(progress=step, **options)  # type: ignore[arg-type]

@@ -1,0 +1,544 @@
+"""The limits lab: what each format can and cannot represent, every hazard beside its fix.
+
+Sections: (1) derived format table, (2) one value's round trip, (3) exp overflow and the
+max-subtracted softmax, (4) 1 + t and fp32 master weights, (5) accumulator precision and
+the stall, with pairwise and Kahan beside them, (6) summation order, (7) cancellation in
+variance, (8) the two E4M3s and the vendor cross-check. All arithmetic is emulated
+exactly (numerics); nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from precisionlab.formats import FloatFormat, get_format, list_formats
+from precisionlab.labs import Lab
+from precisionlab.labs.formats_table import format_table
+from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.numerics.accumulate import kahan_sum, pairwise_sum, sequential_sum
+from precisionlab.numerics.blocked import additions_on_longest_path, blocked_sum_fp32, gamma, worst_case_bound
+from precisionlab.numerics.crosscheck import all_codes, vendor_mismatches
+from precisionlab.numerics.overflow import exp_overflow, softmax_in_format
+from precisionlab.numerics.stall import repeated_sum
+from precisionlab.numerics.updates import POWERS_OF_TEN, apply_updates, one_plus, smallest_surviving_update
+from precisionlab.numerics.variance import (
+    one_pass_variance_fp32,
+    reference_variance,
+    two_pass_variance_fp32,
+    welford_variance_fp32,
+)
+from precisionlab.rounding import encode, round_to, ulp
+
+Progress = Callable[[str], None]
+
+MAX_BLOCKS = 4096
+DOT_ACCUMULATORS = ("fp16", "bf16", "fp32", "fp64")
+DOT_FIXES = ("fp16", "bf16")
+SOFTMAX_LOGITS = (0.0, 5.0, 10.0, 11.1, 12.0)
+FTZ_NOTE = ("Flush-to-zero: CUDA's -ftz=true (implied by --use_fast_math) flushes fp32 subnormals to zero, HIP's "
+            "-fgpu-flush-denormals-to-zero does the same on AMD, and x86 sets MXCSR FTZ/DAZ under -ffast-math. "
+            "numpy runs with them off, so every value here is IEEE gradual underflow; 'with FTZ' is what a "
+            "flushing kernel would keep.")
+
+
+def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: int = 6, max_log2_n: int = 16,
+        order_n: int = 1 << 20, variance_n: int = 100_000, stall_count: int = 1_000_000, seed: int = 0,
+        progress: Progress | None = None) -> LabResult:
+    """Run every section. Sizes: dot products of n = 2^min_log2_n .. 2^max_log2_n, an
+    order_n-value sum (a multiple of 4096), variance of variance_n values, stall_count
+    repeated additions. formats: float formats for sections 2-4 (default: every float)."""
+    chosen = _float_formats(formats)
+    _check_sizes(value, min_log2_n, max_log2_n, order_n, variance_n, stall_count)
+    say = progress or (lambda _: None)
+    findings: dict[str, Scalar] = {}
+    sections: list[Table] = [format_table()]
+    figures: list[Figure] = []
+
+    say("round trip")
+    sections.append(round_trip_table(value, chosen, findings))
+    say("exp overflow")
+    table, figure = exp_overflow_section(chosen, findings)
+    sections += [table, softmax_table(findings)]
+    figures.append(figure)
+    say("1 + t")
+    sections += [one_plus_table(chosen, findings), update_fix_table(seed)]
+    say("accumulator precision")
+    table, figure = dot_error_section(min_log2_n, max_log2_n, seed, findings)
+    sections += [table, stall_table(stall_count, findings)]
+    figures.append(figure)
+    say("summation order")
+    table, figure = summation_order_section(order_n, seed, findings)
+    sections.append(table)
+    figures.append(figure)
+    say("cancellation")
+    sections.append(variance_table(variance_n, seed, findings))
+    say("fp8 variants")
+    sections += [fp8_trap_table(findings), fp8_crosscheck_table(findings)]
+    return LabResult(
+        name="limits",
+        title="Limits: what each format can and cannot represent, every hazard beside its fix",
+        sections=sections,
+        figures=figures,
+        findings=findings,
+        params={"value": value, "formats": ",".join(f.name for f in chosen), "min_log2_n": min_log2_n,
+                "max_log2_n": max_log2_n, "order_n": order_n, "variance_n": variance_n,
+                "stall_count": stall_count, "seed": seed},
+        summary=("Every number is measured on emulated arithmetic with one exact rounding per operation. "
+                 "Read each hazard with the fix printed beside it: subtract the max before exp, keep fp32 master "
+                 "weights, accumulate in fp32 (or pairwise), compare reductions with a tolerance, subtract the "
+                 "mean before squaring, and know which E4M3 your hardware means."),
+    )
+
+
+# --- options ------------------------------------------------------------------------------
+
+
+def _float_formats(names: Sequence[str] | None) -> list[FloatFormat]:
+    if names is None:
+        return [f for f in list_formats("float") if isinstance(f, FloatFormat)]
+    chosen: list[FloatFormat] = []
+    for name in names:
+        fmt = get_format(name)
+        if not isinstance(fmt, FloatFormat):
+            raise ValueError(f"{fmt.name} is an integer format; the limits lab compares float formats")
+        chosen.append(fmt)
+    if not chosen:
+        raise ValueError("give at least one format")
+    return chosen
+
+
+def _check_sizes(value: float, min_log2_n: int, max_log2_n: int, order_n: int, variance_n: int,
+                 stall_count: int) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"value must be a finite number, got {value}")
+    if not 1 <= min_log2_n <= max_log2_n <= 24:
+        raise ValueError(f"need 1 <= min_log2_n <= max_log2_n <= 24, got {min_log2_n} and {max_log2_n}")
+    if order_n <= 0 or order_n % MAX_BLOCKS:
+        raise ValueError(f"order_n must be a positive multiple of {MAX_BLOCKS}, got {order_n}")
+    if variance_n < 2:
+        raise ValueError(f"variance_n must be at least 2, got {variance_n}")
+    if stall_count < 1:
+        raise ValueError(f"stall_count must be positive, got {stall_count}")
+
+
+# --- section 2: round trip ------------------------------------------------------------------
+
+
+def _value_class(stored: float, fmt: FloatFormat) -> str:
+    if math.isnan(stored):
+        return "nan (overflow)" if fmt.has_nan else "nan"
+    if math.isinf(stored):
+        return "inf (overflow)"
+    if stored == 0:
+        return "zero (underflow)"
+    if abs(stored) < fmt.min_normal:
+        return "subnormal"
+    return "normal"
+
+
+def round_trip_table(value: float, formats: list[FloatFormat], findings: dict[str, Scalar]) -> Table:
+    rows: list[list[Scalar]] = []
+    for fmt in formats:
+        stored = float(round_to(value, fmt, nan="zero"))
+        code = int(encode(value, fmt, nan="zero"))
+        width = (fmt.bits + 3) // 4
+        finite = math.isfinite(stored)
+        abs_err = abs(stored - value) if finite else math.inf
+        rel_err = abs_err / abs(value) if value != 0 and finite else (0.0 if finite else math.inf)
+        kind = "saturated (overflow)" if finite and abs(value) > fmt.max_finite else _value_class(stored, fmt)
+        ftz = math.copysign(0.0, stored) if kind == "subnormal" else stored
+        rows.append([fmt.name, stored, f"0x{code:0{width}x}", abs_err, rel_err, kind, ftz])
+        findings[f"round_trip_relative_error.{fmt.name}"] = rel_err
+    return Table(
+        key="round_trip",
+        title=f"Round trip of {value!r} through every format (nearest-even, each format's overflow policy)",
+        columns=["format", "stored", "code", "abs error", "rel error", "class", "with FTZ"],
+        rows=rows,
+        note=("The stored value is the nearest member; rel error <= ulp/2 / |x| = 2^-(M+1) for normal values. "
+              + FTZ_NOTE),
+        formats={"stored": ".10g", "abs error": ".3g", "rel error": ".3g", "with FTZ": ".10g"},
+    )
+
+
+# --- section 3: exp overflow ------------------------------------------------------------------
+
+
+def exp_overflow_section(formats: list[FloatFormat], findings: dict[str, Scalar]) -> tuple[Table, Figure]:
+    rows: list[list[Scalar]] = []
+    for fmt in formats:
+        result = exp_overflow(fmt)
+        rows.append([fmt.name, result.max_finite, result.ln_max, result.policy, result.first_saturated_x,
+                     result.first_x, result.stored_at_first_x])
+        findings[f"exp_overflow_x.{fmt.name}"] = result.first_x
+    table = Table(
+        key="exp_overflow",
+        title="exp(x) overflow: first x on a 0.01 grid whose exp(x), rounded to the format, is not finite",
+        columns=["format", "max finite", "ln(max)", "overflow policy", "first x with exp(x) > max",
+                 "first non-finite x", "stored exp at that x"],
+        rows=rows,
+        note=("exp(x) is rounded once to the format; it stops being finite above ln(max + ulp(max)/2) (fp16: "
+              "ln 65520 = 11.090, so 11.10). Formats that saturate (no inf, no NaN) clamp to max instead: '—'. "
+              "An attention logit of 11.1 is ordinary. Fix: subtract the row max first (next table)."),
+        formats={"max finite": ".5g", "ln(max)": ".6g"},
+    )
+    xs = [i * 0.5 for i in range(0, 201)]
+    shown = [f for f in formats if f.name in ("fp16", "bf16", "fp32", "e4m3", "e5m2", "e4m3fnuz")] or formats
+    figure = Figure(
+        key="exp_overflow",
+        title="exp(x) against each format's largest finite value",
+        xlabel="x",
+        ylabel="exp(x)",
+        series=[Series("exp(x)", xs, [math.exp(x) for x in xs], kind="line", style="-")],
+        yscale="log",
+        hlines=[(f.max_finite, f"{f.name} max {f.max_finite:.4g}") for f in shown],
+        vlines=[(float(v), f"{k.split('.')[1]} overflows at {v}") for k, v in findings.items()
+                if k in ("exp_overflow_x.fp16", "exp_overflow_x.fp32") and isinstance(v, float)],
+        note="Where the curve crosses a format's line, exp(x) stops being representable in that format.",
+    )
+    return table, figure
+
+
+def softmax_table(findings: dict[str, Scalar]) -> Table:
+    logits = list(SOFTMAX_LOGITS)
+    naive = softmax_in_format(logits, "fp16", subtract_max=False)
+    stable = softmax_in_format(logits, "fp16", subtract_max=True)
+    findings["softmax.naive_fp16_finite"] = naive.finite
+    findings["softmax.stable_fp16_max_abs_error"] = stable.max_abs_error
+    rows: list[list[Scalar]] = [
+        [s.method, ", ".join(f"{p:.4g}" for p in s.probabilities), s.finite, s.max_abs_error]
+        for s in (naive, stable)
+    ]
+    return Table(
+        key="softmax",
+        title=f"The fix: softmax of logits {logits} in fp16, naive and with the row max subtracted",
+        columns=["method", "probabilities", "all finite", "max abs error vs fp64"],
+        rows=rows,
+        note=("Naive: exp(11.1) and exp(12) overflow to inf, the sum is inf and inf/inf is NaN. Subtracting "
+              "max(z) makes every argument <= 0, so exp <= 1 and nothing overflows; the result is the same "
+              "softmax mathematically. Every step is rounded to fp16."),
+        formats={"max abs error vs fp64": ".3g"},
+    )
+
+
+# --- section 4: 1 + t ---------------------------------------------------------------------------
+
+
+def one_plus_table(formats: list[FloatFormat], findings: dict[str, Scalar]) -> Table:
+    ts = list(POWERS_OF_TEN)
+    rows: list[list[Scalar]] = []
+    for fmt in formats:
+        results = one_plus(ts, fmt).tolist()
+        smallest = smallest_surviving_update(fmt, ts)
+        rows.append([fmt.name, fmt.eps / 2, *results, smallest])
+        findings[f"smallest_surviving_update.{fmt.name}"] = smallest
+    columns = ["format", "ulp(1)/2", *[f"1+1e-{k}" for k in range(1, 9)], "smallest surviving t"]
+    return Table(
+        key="one_plus",
+        title="1.0 + t: the stored result, and the smallest power of ten that still changes 1.0",
+        columns=columns,
+        rows=rows,
+        note=("1 + t leaves 1.0 only when t > ulp(1)/2 = 2^-(M+1). fp16 keeps 1e-3 and loses 1e-4, bf16 keeps "
+              "1e-2 and loses 1e-3, fp32 keeps 1e-7: a 1e-3 update to a bf16 weight of 1.0 is not small, it "
+              "is gone, every step. Fix: fp32 master weights (next table)."),
+        formats={c: ".10g" for c in columns[2:-1]} | {"ulp(1)/2": ".3g", "smallest surviving t": ".0e"},
+    )
+
+
+def update_fix_table(seed: int) -> Table:
+    count, update = 1000, 1e-3
+    exact = 1.0 + count * update
+    bf16_direct = float(apply_updates(1.0, update, count, "bf16")[0])
+    fp16_direct = float(apply_updates(1.0, update, count, "fp16")[0])
+    master = float(apply_updates(1.0, update, count, "fp32")[0])
+    master_cast = float(round_to(master, "bf16"))
+    lanes = 16
+    stochastic = apply_updates(1.0, update, count, "bf16", rounding="stochastic", lanes=lanes, seed=seed)
+    rows: list[list[Scalar]] = [
+        ["bf16 weight, nearest-even", bf16_direct, abs(bf16_direct - exact) / exact],
+        ["fp16 weight, nearest-even", fp16_direct, abs(fp16_direct - exact) / exact],
+        ["fp32 master weight", master, abs(master - exact) / exact],
+        ["fp32 master, cast to bf16 for the forward pass", master_cast, abs(master_cast - exact) / exact],
+        [f"bf16 weight, stochastic rounding (mean of {lanes} runs)", float(stochastic.mean()),
+         abs(float(stochastic.mean()) - exact) / exact],
+    ]
+    return Table(
+        key="update_fix",
+        title=f"The fix: {count} updates of {update:g} applied to a weight of 1.0 (exact result {exact:g})",
+        columns=["weights kept in", "final weight", "rel error"],
+        rows=rows,
+        note=("In bf16 every update is rounded away; in fp16 each one is rounded to a multiple of the local "
+              "spacing and the weight drifts. An fp32 master copy keeps them, and the bf16 cast of the master is "
+              "the nearest bf16 to the right answer. Stochastic rounding keeps the update on average."),
+        formats={"final weight": ".8g", "rel error": ".3g"},
+    )
+
+
+# --- section 5: accumulator precision -------------------------------------------------------------
+
+
+def dot_inputs(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """x, y iid U[0, 1) (numpy default_rng(seed).random), stored in fp32."""
+    rng = np.random.default_rng(seed)
+    return rng.random(n).astype(np.float32), rng.random(n).astype(np.float32)
+
+
+def dot_error_section(min_log2_n: int, max_log2_n: int, seed: int,
+                      findings: dict[str, Scalar]) -> tuple[Table, Figure]:
+    n_max = 1 << max_log2_n
+    x, y = dot_inputs(n_max, seed)
+    terms = x.astype(np.float64) * y.astype(np.float64)  # exact: 24 + 24 bits fit in 53
+    running = sequential_sum(terms, list(DOT_ACCUMULATORS), cumulative=True)
+    kahan = kahan_sum(terms, list(DOT_FIXES), cumulative=True)
+    labels = [*DOT_ACCUMULATORS, *(f"{f}_pairwise" for f in DOT_FIXES), *(f"{f}_kahan" for f in DOT_FIXES)]
+    ns = [1 << k for k in range(min_log2_n, max_log2_n + 1)]
+    errors: dict[str, list[float]] = {label: [] for label in labels}
+    rows: list[list[Scalar]] = []
+    for n in ns:
+        exact = math.fsum(terms[:n])
+        pair = pairwise_sum(terms[:n], list(DOT_FIXES))
+        values = [*running[:, n - 1], *pair, *kahan[:, n - 1]]
+        rel = [abs(float(v) - exact) / exact for v in values]
+        for label, e in zip(labels, rel, strict=True):
+            errors[label].append(e)
+        floors = [abs(float(round_to(exact, f)) - exact) / exact for f in DOT_FIXES]
+        rows.append([n, exact, *rel, *floors])
+    for label in labels:
+        findings[f"dot_relative_error.{label}"] = errors[label][-1]
+    table = Table(
+        key="dot_error",
+        title="Accumulator precision: relative error of a sequential dot product as n grows",
+        columns=["n", "exact (fsum)", *labels, *(f"{f}_nearest" for f in DOT_FIXES)],
+        rows=rows,
+        note=("x, y iid U[0,1) from numpy default_rng(seed), stored in fp32; products exact in float64 (as an "
+              "FMA forms them); the same sequential order in every column, each addition rounded once to the "
+              "accumulator. Reference: math.fsum (the exact sum, rounded once). fp16/bf16 errors grow with n "
+              "(the sum stalls once ulp/2 exceeds a term) while fp32 stays near n·u. Fixes beside them: pairwise "
+              "(tree, error ~log2 n·u) and Kahan (compensated) in the same narrow format reach the format's own "
+              "resolution; only a wider accumulator goes further, which is why matrix cores accumulate in fp32. "
+              "*_nearest: the error of the exact sum rounded once to that format (the best it can hold)."),
+        formats={"exact (fsum)": ".10g"} | {label: ".3g" for label in labels}
+        | {f"{f}_nearest": ".3g" for f in DOT_FIXES},
+    )
+    series = [Series(label, [float(n) for n in ns], [e if e > 0 else math.nan for e in errors[label]],
+                     style="--o" if "_" in label else "-o") for label in labels]
+    for name in ("fp16", "fp32"):
+        u = get_format(name).eps / 2
+        series.append(Series(f"n·u ({name} bound scale)", [float(n) for n in ns], [n * u for n in ns], style=":"))
+    figure = Figure(
+        key="dot_error",
+        title="Relative error of a length-n dot product against the accumulator format",
+        xlabel="n (terms)",
+        ylabel="relative error vs exact",
+        series=series,
+        xscale="log",
+        yscale="log",
+        note="Zero errors (exact results) are not drawn on the log scale.",
+    )
+    return table, figure
+
+
+def stall_table(count: int, findings: dict[str, Scalar]) -> Table:
+    rows: list[list[Scalar]] = []
+    for name in ("fp16", "bf16", "fp32", "fp64"):
+        r = repeated_sum(0.01, name, count)
+        rows.append([f"{name} sequential", r.term, count, r.value, r.exact, r.relative_error, r.stall_step,
+                     float(ulp(r.value, name)) / 2])
+        findings[f"stall_sum.{name}"] = r.value
+        findings[f"stall_step.{name}"] = r.stall_step
+    for name in ("fp16", "bf16"):
+        term = float(round_to(0.01, name))
+        total = float(pairwise_sum(np.full(count, term), name))
+        exact = count * term
+        rows.append([f"{name} pairwise (fix)", term, count, total, exact, abs(total - exact) / exact, None,
+                     float(ulp(total, name)) / 2])
+        findings[f"stall_sum.{name}_pairwise"] = total
+    term32 = np.float32(0.01)
+    numpy_sum = float(np.sum(np.full(count, term32, dtype=np.float32)))
+    exact32 = count * float(term32)
+    rows.append(["fp32 numpy np.sum (blocked pairwise)", float(term32), count, numpy_sum, exact32,
+                 abs(numpy_sum - exact32) / exact32, None, float(ulp(numpy_sum, "fp32")) / 2])
+    return Table(
+        key="stall",
+        title=f"The stall: {count} sequential additions of 0.01 (as stored in each format)",
+        columns=["accumulation", "term (stored)", "additions", "result", "exact", "rel error",
+                 "first addition lost", "ulp(result)/2"],
+        rows=rows,
+        note=("A sequential sum stops moving once ulp(s)/2 > term: fp16 at exactly 32 (ulp(32)/2 = 2^-6 = 0.0156 "
+              "> 0.0100), bf16 at 4 (ulp(4)/2 = 2^-6); fp32 does not stall but ends near 9865 (1.3% low). "
+              "numpy's np.sum is pairwise and hides the effect: test accumulation with an explicit sequential "
+              "loop. Fix: pairwise (tree) sums or, better, a wider accumulator."),
+        formats={"term (stored)": ".8g", "result": ".10g", "exact": ".10g", "rel error": ".3g",
+                 "ulp(result)/2": ".3g"},
+    )
+
+
+# --- section 6: summation order ----------------------------------------------------------------
+
+
+def order_values(n: int, seed: int) -> np.ndarray:
+    """U[0, 1) values from default_rng(seed + 1), stored in fp32."""
+    return np.random.default_rng(seed + 1).random(n).astype(np.float32)
+
+
+def summation_order_section(n: int, seed: int, findings: dict[str, Scalar]) -> tuple[Table, Figure]:
+    values = order_values(n, seed)
+    exact = math.fsum(values.astype(np.float64))
+    blocks = [4**k for k in range(7) if 4**k <= MAX_BLOCKS]
+    rows: list[list[Scalar]] = []
+    results: list[float] = []
+    for b in blocks:
+        total = blocked_sum_fp32(values, b)
+        bound = worst_case_bound(values, b) / exact
+        rel = abs(total - exact) / exact
+        results.append(total)
+        rows.append([b, n // b, total, total - exact, rel, bound, rel <= bound])
+    spread = (max(results) - min(results)) / exact
+    findings["summation_order.distinct_results"] = len(set(results))
+    findings["summation_order.relative_spread"] = spread
+    findings["summation_order.max_relative_error"] = max(abs(r - exact) / exact for r in results)
+    findings["summation_order.worst_case_bound"] = gamma(additions_on_longest_path(n, 1))
+    table = Table(
+        key="summation_order",
+        title=f"Summation order: one fp32 sum of {n} U[0,1) values, reduced as B blocks",
+        columns=["blocks B", "block length", "fp32 result", "error vs exact", "rel error", "bound γ_k",
+                 "within bound"],
+        rows=rows,
+        note=(f"Each block is summed sequentially in fp32, then the B partials sequentially in fp32. "
+              f"{len(set(results))} distinct results, spread {spread:.2e} of the sum: fp32 addition is not "
+              "associative, so every partition rounds differently and all are correct. A test must not compare "
+              "reductions bit for bit: compare with a float64 reference, |s - ref| <= γ_k·Σ|x| with "
+              "γ_k = k·u/(1 - k·u), k = n/B + B - 2 additions on the longest path, u = 2^-24 (or the tighter "
+              "typical ~sqrt(k)·u·Σ|x|)."),
+        formats={"fp32 result": ".10g", "error vs exact": ".4g", "rel error": ".3g", "bound γ_k": ".3g"},
+    )
+    figure = Figure(
+        key="summation_order",
+        title="The same fp32 sum, reduced as B blocks",
+        xlabel="blocks B",
+        ylabel="relative error vs exact",
+        series=[Series("fp32 blocked sum", [float(b) for b in blocks],
+                       [abs(r - exact) / exact if r != exact else math.nan for r in results])],
+        xscale="log",
+        yscale="log",
+    )
+    return table, figure
+
+
+# --- section 7: cancellation ---------------------------------------------------------------------
+
+
+def variance_values(n: int, seed: int) -> np.ndarray:
+    """1e6 + U(-1, 1) from default_rng(seed + 2), stored in fp32 (true variance about 1/3)."""
+    return (1e6 + np.random.default_rng(seed + 2).uniform(-1.0, 1.0, n)).astype(np.float32)
+
+
+def variance_table(n: int, seed: int, findings: dict[str, Scalar]) -> Table:
+    values = variance_values(n, seed)
+    reference = reference_variance(values)
+    methods = [
+        ("one-pass mean(x²) - mean(x)², fp32, streaming sums", "variance.one_pass_fp32",
+         one_pass_variance_fp32(values, "sequential")),
+        ("one-pass mean(x²) - mean(x)², fp32, tree sums", "variance.one_pass_tree_fp32",
+         one_pass_variance_fp32(values, "pairwise")),
+        ("two-pass Σ(x-m)²/n, fp32, tree sums (fix)", "variance.two_pass_fp32", two_pass_variance_fp32(values)),
+        ("Welford, fp32 (fix)", "variance.welford_fp32", welford_variance_fp32(values)),
+        ("reference: fp64 two-pass of the stored data", "variance.reference_fp64", reference),
+    ]
+    rows: list[list[Scalar]] = []
+    for label, key, result in methods:
+        rel = abs(result - reference) / reference
+        rows.append([label, result, rel, "ok (< 5%)" if rel < 0.05 else "wrong"])
+        findings[key] = result
+    return Table(
+        key="variance",
+        title=f"Cancellation: variance of {n} values 1e6 + U(-1,1) stored in fp32 (true variance ≈ 1/3)",
+        columns=["method", "variance", "rel error vs fp64", "verdict"],
+        rows=rows,
+        note=("mean(x²) and mean(x)² are both ≈ 1e12, where fp32's spacing is 2^16 = 65536: their difference cannot "
+              "hold 1/3, so one-pass returns a multiple of 65536 (zero, negative, or huge). The fix is "
+              "algebraic: subtract the mean first (two-pass) or use Welford's update, as LayerNorm kernels do. "
+              "They too drift as n grows (the fp32 mean near 1e6 has spacing 1/16): see docs/limits.md for "
+              "n = 1e6."),
+        formats={"variance": ".8g", "rel error vs fp64": ".3g"},
+    )
+
+
+# --- section 8: the two E4M3s -------------------------------------------------------------------
+
+
+TRAP_CODES = (0x00, 0x01, 0x08, 0x38, 0x40, 0x77, 0x78, 0x7E, 0x7F, 0x80, 0xC0, 0xFE, 0xFF)
+
+
+def fp8_trap_table(findings: dict[str, Scalar]) -> Table:
+    names = ("e4m3", "e4m3fnuz", "e5m2", "e5m2fnuz")
+    decoded = {name: all_codes(name) for name in names}
+    rows: list[list[Scalar]] = []
+    for code in TRAP_CODES:
+        a, b = float(decoded["e4m3"][code]), float(decoded["e4m3fnuz"][code])
+        ratio = a / b if math.isfinite(a) and math.isfinite(b) and b != 0 else None
+        rows.append([f"0x{code:02x}", format(code, "08b"), a, b, ratio, float(decoded["e5m2"][code]),
+                     float(decoded["e5m2fnuz"][code])])
+    ocp, fnuz = get_format("e4m3"), get_format("e4m3fnuz")
+    findings["fnuz_vs_ocp.decode_ratio"] = float(decoded["e4m3"][0x40] / decoded["e4m3fnuz"][0x40])
+    findings["fnuz_vs_ocp.max_e4m3"] = ocp.max_finite
+    findings["fnuz_vs_ocp.max_e4m3fnuz"] = fnuz.max_finite
+    findings["fnuz_vs_ocp.code_0x80_e4m3"] = float(decoded["e4m3"][0x80])
+    findings["fnuz_vs_ocp.code_0x80_e4m3fnuz"] = float(decoded["e4m3fnuz"][0x80])
+    return Table(
+        key="fp8_trap",
+        title="The two E4M3s: the same bits under OCP (e4m3, bias 7) and AMD gfx942 FNUZ (e4m3fnuz, bias 8)",
+        columns=["code", "bits", "e4m3", "e4m3fnuz", "ratio", "e5m2", "e5m2fnuz"],
+        rows=rows,
+        note=("The bias differs by one, so every normal code decodes a factor of two apart (0x40: 2.0 against "
+              "1.0); 0x80 is -0 in OCP and the single NaN in FNUZ; 0x7f is NaN in e4m3 and 240 (the max) in "
+              "e4m3fnuz, against OCP's max 448 at 0x7e. Bits written by one vendor's kernel and read by the "
+              "other's are silently off by 2x: record which E4M3 a checkpoint holds (MI300X / gfx942 "
+              "implements FNUZ; the OCP spec and NVIDIA's __nv_fp8_e4m3 are e4m3fn)."),
+        formats={"e4m3": ".6g", "e4m3fnuz": ".6g", "e5m2": ".6g", "e5m2fnuz": ".6g", "ratio": ".3g"},
+    )
+
+
+def fp8_crosscheck_table(findings: dict[str, Scalar]) -> Table:
+    rows: list[list[Scalar]] = []
+    total = 0
+    checked: set[str] = set()
+    for name in ("e4m3", "e4m3fnuz", "e5m2", "e5m2fnuz"):
+        fmt = get_format(name)
+        values = all_codes(name)
+        result = vendor_mismatches(name)
+        cells: list[Scalar] = []
+        for library in ("ml_dtypes", "torch"):
+            count = result[library]
+            if count is None:
+                cells.append("skipped: not installed")
+            else:
+                cells.append(count)
+                total += count
+                checked.add(library)
+        rows.append([name, fmt.code_count, int(np.isnan(values).sum()), fmt.has_negative_zero, fmt.max_finite,
+                     *cells])
+    findings["vendor_crosscheck.mismatches"] = total if checked else "skipped: not installed"
+    findings["vendor_crosscheck.libraries"] = ", ".join(sorted(checked)) if checked else "none"
+    return Table(
+        key="fp8_crosscheck",
+        title="All 256 codes decoded by precisionlab, cross-checked against ml_dtypes and torch",
+        columns=["format", "codes", "NaN codes", "-0", "max finite", "ml_dtypes mismatches", "torch mismatches"],
+        rows=rows,
+        note=("A mismatch is a code whose decoded values differ bit for bit (signed zero included; NaN matches "
+              "NaN). Expected 0. A library that is not installed is reported as skipped, never as a pass."),
+        formats={"max finite": ".6g"},
+    )
+
+
+LAB = Lab(
+    name="limits",
+    title="Numerics hazards: overflow, lost updates, accumulation, order, cancellation, fp8 variants",
+    run=run,
+    order=10,
+    quick={"min_log2_n": 4, "max_log2_n": 10, "order_n": 1 << 14, "variance_n": 20_000, "stall_count": 1_000_000},
+)
+
+__all__ = ["LAB", "run"]

@@ -1,0 +1,185 @@
+"""The limits lab through the CLI (`precisionlab limits --quick --json`): every headline finding
+against a number derived here, plus option errors (one line, exit 2) and the written plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from precisionlab.labs import get_lab
+from precisionlab.labs.limits import LAB
+
+REQUIRED_KEYS = [
+    "exp_overflow_x.fp16", "exp_overflow_x.bf16", "exp_overflow_x.fp32",
+    "smallest_surviving_update.fp16", "smallest_surviving_update.bf16", "smallest_surviving_update.fp32",
+    "stall_sum.fp16", "stall_sum.bf16",
+    "summation_order.distinct_results", "summation_order.relative_spread",
+    "variance.one_pass_fp32", "variance.two_pass_fp32", "variance.welford_fp32",
+    "fnuz_vs_ocp.decode_ratio", "vendor_crosscheck.mismatches",
+]
+
+
+@pytest.fixture(scope="module")
+def lab_json(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One quick run through the CLI, shared by the tests of this module."""
+    from precisionlab.cli.main import cli
+
+    out = tmp_path_factory.mktemp("limits")
+    result = CliRunner().invoke(cli, ["limits", "--quick", "--json", "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    data["_out"] = str(out)
+    return data
+
+
+def section(data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    table = next(t for t in data["sections"] if t["key"] == key)
+    return [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+
+
+def test_registered_with_quick_options() -> None:
+    assert get_lab("limits") is LAB and LAB.order == 10
+    assert LAB.quick["max_log2_n"] < 16
+
+
+def test_every_required_finding_is_present(lab_json: dict[str, Any]) -> None:
+    findings = lab_json["findings"]
+    missing = [key for key in REQUIRED_KEYS if key not in findings]
+    assert not missing
+    assert [t["key"] for t in lab_json["sections"]][:2] == ["formats", "round_trip"]
+    assert {f["key"] for f in lab_json["figures"]} >= {"exp_overflow", "dot_error"}
+
+
+def test_exp_overflow_findings(lab_json: dict[str, Any]) -> None:
+    f = lab_json["findings"]
+    # first k/100 above ln(max + ulp(max)/2): fp16 ln 65520 = 11.0901 -> 11.10 (the issue's number)
+    assert f["exp_overflow_x.fp16"] == (math.floor(100 * math.log(65520)) + 1) / 100 == 11.10
+    t_bf16 = float((2 - Fraction(1, 2**8)) * Fraction(2) ** 127)
+    t_fp32 = float((2 - Fraction(1, 2**24)) * Fraction(2) ** 127)
+    assert f["exp_overflow_x.bf16"] == (math.floor(100 * math.log(t_bf16)) + 1) / 100 == 88.73
+    assert f["exp_overflow_x.fp32"] == (math.floor(100 * math.log(t_fp32)) + 1) / 100 == 88.73
+    assert f["exp_overflow_x.e4m3"] == (math.floor(100 * math.log(464)) + 1) / 100
+    assert f["exp_overflow_x.e5m2"] == (math.floor(100 * math.log(57344 + 4096)) + 1) / 100
+    assert f["softmax.naive_fp16_finite"] is False
+    assert f["softmax.stable_fp16_max_abs_error"] < 8 * 2.0**-11
+
+
+def test_update_and_stall_findings(lab_json: dict[str, Any]) -> None:
+    f = lab_json["findings"]
+    # 1 + t survives iff fl(t) > ulp(1)/2 = 2^-(M+1); M = 10, 7, 23
+    for name, man_bits in (("fp16", 10), ("bf16", 7), ("fp32", 23)):
+        expected = min(10.0**-k for k in range(1, 9) if 10.0**-k > 2.0 ** -(man_bits + 1))
+        assert f[f"smallest_surviving_update.{name}"] == expected
+    assert f["smallest_surviving_update.e2m1"] is None
+    # fixed point: the smallest power of two P with ulp(P)/2 > fl(0.01), reached exactly from below
+    for name, man_bits, stored in (("fp16", 10, float(np.float16(0.01))), ("bf16", 7, 0.010009765625)):
+        p = next(2.0**e for e in range(-10, 20) if 2.0 ** (e - man_bits) / 2 > stored)
+        assert f[f"stall_sum.{name}"] == p
+    assert (f["stall_sum.fp16"], f["stall_sum.bf16"]) == (32.0, 4.0)
+    s = np.float32(0)
+    for _ in range(10**6):  # independent: numpy float32 scalar addition
+        s = s + np.float32(0.01)
+    assert f["stall_sum.fp32"] == float(s)
+
+
+def test_dot_product_findings(lab_json: dict[str, Any]) -> None:
+    rows = section(lab_json, "dot_error")
+    n_max = rows[-1]["n"]
+    assert n_max == 2 ** LAB.quick["max_log2_n"]
+    rng = np.random.default_rng(0)  # the documented inputs: x, y iid U[0,1), seed 0, stored in fp32
+    x, y = rng.random(n_max).astype(np.float32), rng.random(n_max).astype(np.float32)
+    exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, y, strict=True))
+    assert rows[-1]["exact (fsum)"] == float(exact)
+    u16, u32 = 2.0**-11, 2.0**-24
+    for row in rows:
+        n = row["n"]
+        assert row["fp32"] <= n * u32 / (1 - n * u32)  # γ_n: positive terms, so Σ|t| = the sum
+        pairwise_levels = math.ceil(math.log2(n))
+        assert row["fp16_pairwise"] <= pairwise_levels * u16 / (1 - pairwise_levels * u16)
+    assert rows[-1]["fp16"] > rows[0]["fp16"] and rows[-1]["fp16"] > 10 * rows[-1]["fp16_kahan"]
+    assert rows[-1]["bf16"] > rows[-1]["bf16_pairwise"]
+
+
+def test_summation_order_findings(lab_json: dict[str, Any]) -> None:
+    f = lab_json["findings"]
+    rows = section(lab_json, "summation_order")
+    n = lab_json["params"]["order_n"]
+    values = np.random.default_rng(1).random(n).astype(np.float32)  # documented: default_rng(seed + 1)
+    exact = float(sum(Fraction(float(v)) for v in values))
+    ours = []
+    for row in rows:
+        b = row["blocks B"]
+        ours.append(row["fp32 result"])
+        k = n // b + b - 2  # additions on the longest path; positive values, so Σ|x| = the sum
+        assert abs(row["fp32 result"] - exact) <= k * 2.0**-24 / (1 - k * 2.0**-24) * exact
+    assert f["summation_order.distinct_results"] == len(set(ours)) > 1
+    assert f["summation_order.relative_spread"] == pytest.approx((max(ours) - min(ours)) / exact)
+
+
+def test_variance_findings(lab_json: dict[str, Any]) -> None:
+    f = lab_json["findings"]
+    n = lab_json["params"]["variance_n"]
+    values = (1e6 + np.random.default_rng(2).uniform(-1.0, 1.0, n)).astype(np.float32)  # default_rng(seed + 2)
+    xs = [Fraction(float(v)) for v in values]
+    mean = sum(xs) / n
+    exact = float(sum((x - mean) ** 2 for x in xs) / n)
+    assert f["variance.reference_fp64"] == pytest.approx(exact, rel=1e-12)
+    one_pass = f["variance.one_pass_fp32"]
+    assert one_pass % 65536 == 0 and (one_pass < 0 or one_pass > 1000 * exact)
+    assert abs(f["variance.two_pass_fp32"] - exact) < 0.05 * exact
+    assert abs(f["variance.welford_fp32"] - exact) < 0.05 * exact
+
+
+def test_fp8_findings(lab_json: dict[str, Any]) -> None:
+    f = lab_json["findings"]
+    assert f["fnuz_vs_ocp.decode_ratio"] == 2.0 ** (8 - 7)  # same field, biases 7 and 8
+    assert f["fnuz_vs_ocp.max_e4m3"] == 448.0 and f["fnuz_vs_ocp.max_e4m3fnuz"] == 240.0
+    assert f["fnuz_vs_ocp.code_0x80_e4m3fnuz"] == "nan"
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        assert f["vendor_crosscheck.mismatches"] == "skipped: not installed"
+    else:
+        assert f["vendor_crosscheck.mismatches"] == 0
+
+
+def test_round_trip_of_a_value(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("limits", "--quick", "--json", "--value", "1e-5", "--formats", "fp16,bf16")
+    assert result.exit_code == 0
+    rows = {r["format"]: r for r in section(json.loads(result.stdout), "round_trip")}
+    # 1e-5 is below fp16's min normal 2^-14: a subnormal, a multiple of 2^-24, flushed under FTZ
+    assert rows["fp16"]["stored"] == round(1e-5 * 2**24) / 2**24
+    assert rows["fp16"]["class"] == "subnormal" and rows["fp16"]["with FTZ"] == 0.0
+    assert rows["bf16"]["class"] == "normal"
+
+
+def test_out_dir_gets_the_plots(lab_json: dict[str, Any]) -> None:
+    out = Path(lab_json["_out"])
+    assert (out / "limits.json").exists()
+    assert len(list(out.glob("*.png"))) >= 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--order-n", "-5"], "--order-n must be a positive integer"),
+        (["--max-log2-n", "0"], "must be a positive integer"),
+        (["--order-n", "1000"], "multiple of 4096"),
+        (["--formats", "fp99"], "unknown format"),
+        (["--formats", "int8"], "integer format"),
+        (["--value", "abc"], "--value must be a number"),
+        (["--value", "nan"], "--value must be finite"),
+    ],
+)
+def test_bad_options_give_one_line_and_exit_2(run_cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("limits", *args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]

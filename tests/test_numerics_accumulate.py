@@ -1,0 +1,248 @@
+"""numerics.exact / grid / accumulate against an exact rational model written here from the
+definitions (value = k·2^(e-M), nearest-even), sharing no code with the fast paths."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import precisionlab as pl
+from precisionlab.numerics import (
+    add_rounded,
+    kahan_sum,
+    make_grid,
+    pairwise_sum,
+    round_grid,
+    round_to_odd,
+    sequential_dot,
+    sequential_sum,
+    two_sum,
+)
+
+# (M, emin, max finite, overflow value) straight from each format's definition (seed table).
+SPECS = {
+    "fp16": (10, -14, Fraction(65504), math.inf),
+    "bf16": (7, -126, (2 - Fraction(1, 2**7)) * Fraction(2) ** 127, math.inf),
+    "fp32": (23, -126, (2 - Fraction(1, 2**23)) * Fraction(2) ** 127, math.inf),
+    "tf32": (10, -126, (2 - Fraction(1, 2**10)) * Fraction(2) ** 127, math.inf),
+    "e5m2": (2, -14, Fraction(57344), math.inf),
+    "e4m3": (3, -6, Fraction(448), math.nan),
+    "e4m3fnuz": (3, -7, Fraction(240), math.nan),
+    "e2m1": (1, 0, Fraction(6), 6.0),
+}
+
+
+def floor_log2(q: Fraction) -> int:
+    e = q.numerator.bit_length() - q.denominator.bit_length()
+    while Fraction(2) ** e > q:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= q:
+        e += 1
+    return e
+
+
+def ref_round(q: Fraction, name: str) -> float:
+    """Nearest-even rounding of the exact rational q to the format `name`."""
+    man_bits, emin, max_finite, overflow = SPECS[name]
+    if q == 0:
+        return 0.0
+    sign = -1.0 if q < 0 else 1.0
+    a = abs(q)
+    quantum = Fraction(2) ** (max(floor_log2(a), emin) - man_bits)
+    scaled = a / quantum
+    k = scaled.numerator // scaled.denominator
+    rest = scaled - k
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and k % 2 == 1):
+        k += 1
+    value = k * quantum
+    if value > max_finite:
+        return math.copysign(overflow, sign) if not math.isnan(overflow) else math.nan
+    return sign * float(value) if value != 0 else (0.0 if name.endswith("fnuz") else math.copysign(0.0, sign))
+
+
+def ref_sequential(terms: list[float], name: str) -> float:
+    s = Fraction(0)
+    for t in terms:
+        s = Fraction(ref_round(s + Fraction(t), name))
+    return float(s)
+
+
+def ref_kahan(terms: list[float], name: str) -> float:
+    s, c = Fraction(0), Fraction(0)
+    for t in terms:
+        y = Fraction(ref_round(Fraction(t) - c, name))
+        u = Fraction(ref_round(s + y, name))
+        c = Fraction(ref_round(Fraction(ref_round(u - s, name)) - y, name))
+        s = u
+    return float(s)
+
+
+def ref_pairwise(terms: list[float], name: str) -> float:
+    level = [Fraction(t) for t in terms]
+    while len(level) > 1:
+        pairs = [Fraction(ref_round(level[i] + level[i + 1], name)) for i in range(0, len(level) - 1, 2)]
+        level = pairs + (level[-1:] if len(level) % 2 else [])
+    return float(level[0])
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+
+
+# --- exact.py -------------------------------------------------------------------------------------
+
+
+def test_two_sum_is_exact_and_round_to_odd_has_odd_last_bit() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(500) * 2.0 ** rng.integers(-40, 40, 500)
+    b = rng.standard_normal(500) * 2.0 ** rng.integers(-40, 40, 500)
+    hi, lo = two_sum(a, b)
+    for x, y, h, low in zip(a, b, hi, lo, strict=True):
+        assert Fraction(h) + Fraction(low) == Fraction(x) + Fraction(y)
+    z = round_to_odd(hi, lo)
+    inexact = lo != 0
+    assert np.all((z.view(np.int64)[inexact] & 1) == 1)
+    for x, y, v, flag in zip(a, b, z, inexact, strict=True):
+        exact = Fraction(x) + Fraction(y)
+        if flag:  # truncated toward zero, then made odd: |z| just below or above? never beyond the next float
+            assert abs(Fraction(v) - exact) < abs(Fraction(np.spacing(v)))
+        else:
+            assert Fraction(v) == exact
+
+
+# --- grid.py --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_round_grid_matches_exact_rationals(name: str) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)
+    got = round_grid(x, make_grid(name))
+    for value, r in zip(x.tolist(), got.tolist(), strict=True):
+        assert same(r, ref_round(Fraction(value), name)), (name, value, r)
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "e4m3", "e5m2", "e4m3fnuz"])
+def test_round_grid_matches_ml_dtypes_on_float32_input(name: str) -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    dtype = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn,
+             "e5m2": ml_dtypes.float8_e5m2, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz}[name]
+    rng = np.random.default_rng(3)
+    # float32 input: a single rounding in ml_dtypes too (no double rounding through float32)
+    x = (rng.standard_normal(20000) * 2.0 ** rng.integers(-20, 20, 20000)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        theirs = x.astype(dtype).astype(np.float64)
+    ours = round_grid(x.astype(np.float64), make_grid(name))
+    assert np.array_equal(ours, theirs, equal_nan=True)
+
+
+def test_lanes_round_each_to_its_own_format() -> None:
+    grid = make_grid(["fp16", "bf16"], lane_ndim=1)
+    x = np.array([[1 + 2.0**-9, 70000.0], [1 + 2.0**-9, 70000.0]])
+    got = round_grid(x, grid)
+    assert got[0].tolist() == [1 + 2.0**-9, math.inf]  # fp16 keeps 2^-9 (M=10), overflows at 65520
+    assert got[1].tolist() == [1.0, 70144.0]  # bf16: spacing 2^-7 near 1 (tie to even), 2^9 near 7e4
+
+
+def test_grid_rejects_formats_it_cannot_emulate() -> None:
+    for bad in ("fp64", "int8", "ue8m0"):
+        with pytest.raises(ValueError):
+            make_grid(bad)
+
+
+# --- accumulate.py ---------------------------------------------------------------------------------
+
+
+def random_terms(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.random(n).astype(np.float32).astype(np.float64)
+    y = rng.uniform(-1, 1, n).astype(np.float32).astype(np.float64)
+    return x * y  # exact products with up to 48 significant bits: rarely members of any narrow format
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "fp32", "e5m2", "tf32"])
+def test_sequential_sum_rounds_each_addition_once(name: str) -> None:
+    terms = random_terms(300, 4)
+    assert sequential_sum(terms, name) == ref_sequential(terms.tolist(), name)
+
+
+def test_cumulative_gives_every_partial_sum_and_lanes_match_single_runs() -> None:
+    terms = random_terms(120, 5)
+    lanes = sequential_sum(terms, ["fp16", "bf16", "fp32", "fp64"], cumulative=True)
+    assert lanes.shape == (4, 120)
+    for index, name in enumerate(["fp16", "bf16", "fp32"]):
+        assert lanes[index, 59] == ref_sequential(terms[:60].tolist(), name)
+        assert lanes[index, -1] == sequential_sum(terms, name)
+    running = 0.0
+    for k, t in enumerate(terms.tolist()):  # fp64: plain float64 addition, in order
+        running += t
+        assert lanes[3, k] == running
+
+
+def test_native_fp16_path_equals_exact_emulation() -> None:
+    terms = np.random.default_rng(6).random(400).astype(np.float16).astype(np.float64)  # members: native path
+    assert sequential_sum(terms, "fp16") == ref_sequential(terms.tolist(), "fp16")
+    assert sequential_sum(terms, "fp32") == ref_sequential(terms.tolist(), "fp32")
+
+
+def test_batch_axes_are_independent_lanes() -> None:
+    terms = np.stack([random_terms(50, 7), random_terms(50, 8)])
+    got = sequential_sum(terms, "bf16")
+    assert got.tolist() == [ref_sequential(row.tolist(), "bf16") for row in terms]
+    assert sequential_sum(terms.T, "bf16", axis=0).tolist() == got.tolist()
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+def test_kahan_matches_exact_model(name: str) -> None:
+    terms = random_terms(200, 9)
+    assert kahan_sum(terms, name) == ref_kahan(terms.tolist(), name)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 101])
+def test_pairwise_matches_exact_model(n: int) -> None:
+    terms = random_terms(n, 10)
+    for name in ("fp16", "bf16"):
+        assert pairwise_sum(terms, name) == ref_pairwise(terms.tolist(), name)
+    fp32_terms = terms.astype(np.float32).astype(np.float64)  # members of fp32: numpy's own float32 path
+    assert pairwise_sum(fp32_terms, "fp32") == ref_pairwise(fp32_terms.tolist(), "fp32")
+
+
+def test_kahan_and_pairwise_beat_sequential_in_fp16() -> None:
+    terms = np.random.default_rng(11).random(4096) * 0.5  # positive: sequential fp16 error grows with n
+    exact = math.fsum(terms)
+    seq = abs(sequential_sum(terms, "fp16") - exact)
+    assert abs(kahan_sum(terms, "fp16") - exact) < seq / 10
+    assert abs(pairwise_sum(terms, "fp16") - exact) < seq / 10
+
+
+def test_sequential_dot_uses_exact_products() -> None:
+    rng = np.random.default_rng(12)
+    x, y = rng.random(100).astype(np.float32), rng.random(100).astype(np.float32)
+    expected = ref_sequential([float(Fraction(float(a)) * Fraction(float(b))) for a, b in zip(x, y, strict=True)],
+                              "fp16")
+    assert sequential_dot(x, y, "fp16") == expected
+    with pytest.raises(ValueError, match="26 significand bits"):
+        sequential_dot(np.array([1 / 3]), np.array([1.0]), "fp16")
+
+
+def test_add_rounded_single_rounding_where_float64_sum_is_inexact() -> None:
+    # a bf16 midpoint plus a tiny term: float64 drops the tiny part (a tie), the exact sum is above the tie
+    a = np.float64(2.0**30 * (1 + 2.0**-8))
+    b = np.float64(2.0**-30)
+    got = float(add_rounded(a, b, make_grid("bf16")))
+    assert got == ref_round(Fraction(float(a)) + Fraction(float(b)), "bf16") == 2.0**30 * (1 + 2.0**-7)
+    assert float(pl.round_to(float(a + b), "bf16")) == 2.0**30  # rounding the float64 sum double-rounds
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        sequential_sum(np.float64(1.0), "fp16")
+    with pytest.raises(ValueError):
+        pairwise_sum(np.array([]), "fp16")
+    with pytest.raises(ValueError):
+        sequential_sum(np.ones(3), [])
+    with pytest.raises(ValueError, match="unknown format"):
+        sequential_sum(np.ones(3), "fp17")
