@@ -52,12 +52,12 @@ def main() -> None:
         "advise.run()": lambda: advise.run(),
     }
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()}")
-    print("in process (best of %d)" % args.repeat)
+    print(f"in process (best of {args.repeat})")
     for label, fn in inner.items():
         print(f"  {label:<34} {1e3 * best_of(fn, args.repeat):9.3f} ms")
 
     peer = best_of(cli("formats", "--json"), args.repeat)
-    print("end to end, subprocess (best of %d)" % args.repeat)
+    print(f"end to end, subprocess (best of {args.repeat})")
     print(f"  {'precisionlab formats --json (peer)':<34} {peer:9.3f} s   1.00x")
     for label, argv in (("precisionlab capacity --json", ("capacity", "--json")),
                         ("precisionlab advise --json", ("advise", "--json")),
