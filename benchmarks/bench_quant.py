@@ -1,0 +1,105 @@
+"""Quantize + dequantize throughput and peak extra memory on one Llama-3-8B MLP weight.
+
+    python3 benchmarks/bench_quant.py [--rows 4096 --cols 14336 --repeat 3]
+
+For each scheme: Melem/s of quantize, of dequantize, and of the two together; peak
+extra memory (tracemalloc, numpy allocations) against the input's size. Where torchao
+is importable, the same int4 g128 / int8 row operations through torchao's
+quant_primitives run in the same process, and the ratio is printed. Times are printed,
+never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+
+from precisionlab.quant import quantize
+
+SCHEMES = ["int4:g128", "int8:row", "mxfp4", "nvfp4", "dsv3_weight"]
+
+
+def _time(fn, repeat: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def _peak_extra(fn) -> int:
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    result = fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del result
+    return peak
+
+
+def bench(w: np.ndarray, scheme: str, repeat: int) -> dict[str, float]:
+    n = w.size
+    tq, q = _time(lambda: quantize(w, scheme), repeat)
+    td, _ = _time(lambda: q.dequantize(), repeat)  # type: ignore[union-attr]
+    peak_q = _peak_extra(lambda: quantize(w, scheme))
+    peak_d = _peak_extra(lambda: q.dequantize())  # type: ignore[union-attr]
+    return {
+        "quant": n / tq / 1e6, "dequant": n / td / 1e6, "both": n / (tq + td) / 1e6,
+        "peak_q": peak_q / w.nbytes, "peak_qd": max(peak_q, peak_d) / w.nbytes,
+        "bits": q.bits_per_element,  # type: ignore[union-attr]
+    }
+
+
+def torchao_peer(w: np.ndarray, repeat: int) -> dict[str, float] | None:
+    try:
+        import torch
+        from torchao.quantization.quant_primitives import (  # type: ignore[import-not-found]
+            MappingType,
+            choose_qparams_affine,
+            dequantize_affine,
+            quantize_affine,
+        )
+    except Exception:
+        return None
+    t = torch.from_numpy(w)
+    out: dict[str, float] = {}
+    for name, block, qmin, qmax in (("int4:g128", (1, 128), -8, 7), ("int8:row", (1, w.shape[1]), -127, 127)):
+        def run(block=block, qmin=qmin, qmax=qmax):  # type: ignore[no-untyped-def]
+            s, z = choose_qparams_affine(t, MappingType.SYMMETRIC, block, torch.int8, qmin, qmax)
+            qd = quantize_affine(t, block, s, z, torch.int8, qmin, qmax)
+            return dequantize_affine(qd, block, s, z, torch.int8, qmin, qmax)
+        tt, _ = _time(run, repeat)
+        out[name] = w.size / tt / 1e6
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--cols", type=int, default=14336)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    w = np.random.default_rng(0).standard_normal((args.rows, args.cols), dtype=np.float32) * 0.02
+    print(f"input {args.rows}x{args.cols} float32 = {w.nbytes / 2**20:.0f} MiB")
+    print(f"{'scheme':<12} {'bits/el':>8} {'quant':>9} {'dequant':>9} {'q+dq':>9} {'peak/input':>11}  (Melem/s)")
+    results = {}
+    for scheme in SCHEMES:
+        r = bench(w, scheme, args.repeat)
+        results[scheme] = r
+        print(f"{scheme:<12} {r['bits']:8.4f} {r['quant']:9.1f} {r['dequant']:9.1f} {r['both']:9.1f} "
+              f"{r['peak_qd']:10.2f}x")
+    peer = torchao_peer(w, args.repeat)
+    if peer is None:
+        print("torchao: not installed (no peer comparison)")
+    else:
+        for name, rate in peer.items():
+            print(f"torchao {name:<12} q+dq {rate:9.1f} Melem/s   precisionlab / torchao = "
+                  f"{results[name]['both'] / rate:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

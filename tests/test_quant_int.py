@@ -1,0 +1,196 @@
+"""Integer schemes against a straightforward per-block reference written here, and byte accounting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from precisionlab.quant import quantize
+
+SCALE_DTYPES = {"fp16": np.float16, "fp32": np.float32}
+
+
+def reference_symmetric(w: np.ndarray, bits: int, rows: int, cols: int, scale: str) -> tuple[np.ndarray, np.ndarray]:
+    """Loop over blocks: s = dtype(amax / qmax); q = clip(rint(x / s), -qmax, qmax); pad columns with 0."""
+    qmax = 2 ** (bits - 1) - 1
+    m, n = w.shape
+    n_pad = -(-n // cols) * cols
+    padded = np.zeros((m, n_pad), dtype=np.float32)
+    padded[:, :n] = w
+    q = np.zeros((m, n_pad), dtype=np.int64)
+    scales = np.zeros((-(-m // rows), n_pad // cols))
+    for bi, r0 in enumerate(range(0, m, rows)):
+        for bj, c0 in enumerate(range(0, n_pad, cols)):
+            block = padded[r0 : r0 + rows, c0 : c0 + cols]
+            amax = float(np.abs(block).max())
+            s = 1.0 if amax == 0 else float(SCALE_DTYPES[scale](amax / qmax))
+            scales[bi, bj] = s
+            q[r0 : r0 + rows, c0 : c0 + cols] = np.clip(np.rint(block / np.float32(s)), -qmax, qmax)
+    return q, scales
+
+
+def reference_dequant(q: np.ndarray, scales: np.ndarray, rows: int, cols: int, shape: tuple[int, int]) -> np.ndarray:
+    s = np.repeat(np.repeat(scales, rows, axis=0), cols, axis=1)[: q.shape[0], : q.shape[1]]
+    return (q * s.astype(np.float32)).astype(np.float32)[: shape[0], : shape[1]]
+
+
+def signed(codes: np.ndarray, bits: int) -> np.ndarray:
+    c = codes.astype(np.int64)
+    return np.where(c >= 1 << (bits - 1), c - (1 << bits), c)
+
+
+@pytest.fixture
+def matrix() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((40, 200)) * 0.05).astype(np.float32)
+    w[5, 17] = 3.0  # an outlier
+    w[9] *= 200.0  # an outlier row
+    return w
+
+
+@pytest.mark.parametrize(("scheme", "bits", "rows", "cols", "scale"), [
+    ("int8", 8, 40, 200, "fp16"),
+    ("int8:row", 8, 1, 200, "fp16"),
+    ("int8:col", 8, 40, 1, "fp16"),
+    ("int8:g64", 8, 1, 64, "fp16"),  # 200 = 3*64 + 8: the last group is padded
+    ("int4:g32", 4, 1, 32, "fp16"),
+    ("int4:g128:scale=fp32", 4, 1, 128, "fp32"),
+    ("int2:g16", 2, 1, 16, "fp16"),
+    ("int8:block16x64", 8, 16, 64, "fp16"),
+    ("int8:tile1x128", 8, 1, 128, "fp16"),
+])
+def test_symmetric_matches_reference(matrix: np.ndarray, scheme: str, bits: int, rows: int, cols: int,
+                                     scale: str) -> None:
+    q = quantize(matrix, scheme)
+    ref_q, ref_s = reference_symmetric(matrix, bits, rows, cols, scale)
+    np.testing.assert_array_equal(signed(q.codes, bits), ref_q)
+    np.testing.assert_array_equal(q.scales.astype(np.float64), ref_s)
+    np.testing.assert_array_equal(q.dequantize(), reference_dequant(ref_q, ref_s, rows, cols, matrix.shape))
+
+
+def test_asymmetric_matches_seed_formula(matrix: np.ndarray) -> None:
+    x = np.abs(matrix) + 0.01  # a range not centred on zero
+    x[3] -= 0.5
+    q = quantize(x, "int8:row:asym")
+    codes = signed(q.codes, 8)
+    for r in range(x.shape[0]):
+        lo, hi = min(float(x[r].min()), 0.0), max(float(x[r].max()), 0.0)
+        s = float(np.float16((hi - lo) / 255))
+        z = float(np.clip(-128 - np.rint(lo / s), -128, 127))
+        expected = np.clip(np.rint(x[r] / np.float32(s)) + z, -128, 127)
+        np.testing.assert_array_equal(codes[r], expected)
+        assert q.zero_points[0, r, 0] == z and q.scales[r, 0] == np.float32(s)
+        np.testing.assert_array_equal(q.dequantize()[r], ((expected - z) * np.float32(s)).astype(np.float32))
+
+
+def test_uint8_is_affine() -> None:
+    x = np.linspace(0.0, 2.0, 64, dtype=np.float32).reshape(2, 32)
+    q = quantize(x, "uint8:row")
+    s = np.float32(np.float16(2.0 / 255))
+    assert q.zero_points[0, 1, 0] == 0 and q.scales[1, 0] == s
+    np.testing.assert_array_equal(q.codes[1], np.clip(np.rint(x[1] / s), 0, 255))
+
+
+def test_axis_moves_groups() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    along0 = quantize(x, "int8:g32:axis=0")
+    plain = quantize(np.ascontiguousarray(x.T), "int8:g32")
+    np.testing.assert_array_equal(along0.codes, plain.codes)
+    np.testing.assert_array_equal(along0.dequantize(), plain.dequantize().T)
+
+
+def test_nd_tensor_groups_run_along_last_axis() -> None:
+    x = np.random.default_rng(2).standard_normal((3, 4, 64)).astype(np.float32)
+    q = quantize(x, "int4:g32")
+    flat = quantize(x.reshape(12, 64), "int4:g32")
+    np.testing.assert_array_equal(q.codes, flat.codes)
+    assert q.dequantize().shape == (3, 4, 64)
+
+
+# Exercise 3's bytes column (64x256, int8, fp16 scales), from the seed's reference table.
+EXERCISE3_BYTES = {"int8": 16386, "int8:row": 16512, "int8:g128": 16640, "int8:g64": 16896, "int8:g32": 17408,
+                   "int8:g16": 18432, "int8:g8": 20480}
+
+
+@pytest.mark.parametrize(("scheme", "expected"), sorted(EXERCISE3_BYTES.items()))
+def test_exercise3_bytes(scheme: str, expected: int) -> None:
+    q = quantize(np.ones((64, 256), dtype=np.float32), scheme)
+    assert q.nbytes == expected
+    assert q.nbytes == 64 * 256 + q.layout.n_blocks * 2
+
+
+def test_bytes_count_everything() -> None:
+    x = np.random.default_rng(3).standard_normal((64, 250)).astype(np.float32)
+    q = quantize(x, "int4:g128:asym")
+    # 250 columns -> 2 groups of 128, the last padded with 6 zeros, stored and counted
+    assert q.padded_elements == 64 * 6
+    assert q.byte_breakdown() == {"payload": 64 * 256 // 2, "scales": 128 * 2, "zero_points": 128 // 2,
+                                  "outliers": 0, "tensor_scale": 0}
+    out = quantize(x, "int8:row:outliers=1")
+    assert out.byte_breakdown()["outliers"] == 250 * 2 + 4
+    assert out.byte_breakdown()["payload"] == 63 * 250
+
+
+def test_outlier_rows_kept_in_fp16(matrix: np.ndarray) -> None:
+    q = quantize(matrix, "int8:outliers=1")
+    assert q.outlier_index.tolist() == [9]
+    out = q.dequantize()
+    np.testing.assert_array_equal(out[9], matrix[9].astype(np.float16).astype(np.float32))
+    rest = np.delete(matrix, 9, axis=0)
+    ref_q, ref_s = reference_symmetric(rest, 8, rest.shape[0], rest.shape[1], "fp16")
+    np.testing.assert_array_equal(np.delete(out, 9, axis=0), reference_dequant(ref_q, ref_s, 39, 200, rest.shape))
+
+
+def test_all_zero_block_has_unit_scale_and_zero_codes() -> None:
+    x = np.zeros((2, 64), dtype=np.float32)
+    x[1, 40] = 1.0
+    q = quantize(x, "int8:g32")
+    assert q.scales[0].tolist() == [1.0, 1.0] and q.scales[1, 0] == 1.0
+    assert not q.codes[0].any()
+    a = quantize(np.zeros((1, 32), dtype=np.float32), "int8:row:asym")
+    assert q.scales.dtype == np.float32 and a.zero_points[0, 0, 0] == 0 and not a.codes.any()
+
+
+def test_nan_input_is_an_error_by_default() -> None:
+    x = np.ones((2, 32), dtype=np.float32)
+    x[0, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN or inf in 1 block"):
+        quantize(x, "int8:row")
+    q = quantize(x, "int8:row:nonfinite=nan")
+    out = q.dequantize()
+    assert np.isnan(out[0]).all()
+    np.testing.assert_array_equal(out[1], np.float32(127) * np.float32(np.float16(1 / 127)))
+
+
+def test_inputs_of_every_float_dtype() -> None:
+    x = np.random.default_rng(4).standard_normal((4, 32))
+    q64 = quantize(x, "int8:row")
+    q32 = quantize(x.astype(np.float32), "int8:row")
+    assert q64.dtype == "float64" and q32.dtype == "float32"
+    q16 = quantize(x.astype(np.float16), "int8:row")
+    np.testing.assert_array_equal(q16.codes, quantize(x.astype(np.float16).astype(np.float32), "int8:row").codes)
+    with pytest.raises(TypeError, match="float"):
+        quantize(np.arange(8), "int8")
+
+
+def test_torch_bf16_input() -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.randn(4, 64).to(torch.bfloat16)
+    q = quantize(t, "int4:g32")
+    np.testing.assert_array_equal(q.codes, quantize(t.float().numpy(), "int4:g32").codes)
+    assert q.dtype == "bfloat16"
+
+
+def test_large_tensor_chunks_agree_with_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import precisionlab.quant.core as core
+
+    x = np.random.default_rng(5).standard_normal((300, 520)).astype(np.float32)
+    schemes = ["int4:g128", "int8", "int8:col", "nvfp4", "mxfp6", "e4m3:block128x128", "int2:g32:asym"]
+    expected = {s: quantize(x, s) for s in schemes}
+    monkeypatch.setattr(core, "CHUNK", 1000)
+    monkeypatch.setattr(core, "PARALLEL_MIN", 1)
+    for s in schemes:
+        q = quantize(x, s)
+        np.testing.assert_array_equal(q.packed, expected[s].packed)
+        np.testing.assert_array_equal(q.dequantize(), expected[s].dequantize())
