@@ -119,3 +119,14 @@ def test_explicit_head_dim_need_not_divide() -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="cannot read model config"):
         load_config(tmp_path / "nope.json")
+
+
+def test_mixtral_style_moe_against_published_totals() -> None:
+    # mistralai/Mixtral-8x7B-v0.1 config.json; Mistral AI: 46.7B total, 12.9B active per token
+    data = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+            "max_position_embeddings": 32768, "sliding_window": None, "num_local_experts": 8,
+            "num_experts_per_tok": 2, "tie_word_embeddings": False}
+    p = model_from_config(data, "mixtral").params()
+    assert p.total / 1e9 == pytest.approx(46.7, abs=0.05)
+    assert p.active / 1e9 == pytest.approx(12.9, abs=0.05)

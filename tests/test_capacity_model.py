@@ -219,3 +219,18 @@ def test_fp8_weights_use_the_fp8_peak_where_present() -> None:
     assert matmul_precision("fp8", H100) == "fp8"
     assert matmul_precision("fp8", get_accelerator("a100")) == "bf16"
     assert matmul_precision("int4", H100) == "bf16"
+
+
+def test_presets_name_their_source() -> None:
+    for key, model in PRESETS.items():
+        assert model.key == key
+        assert "config.json" in model.source
+
+
+def test_peak_override_moves_the_ridge_not_decode() -> None:
+    faster = H100.with_overrides(peak_tflops={"bf16": 2 * 989.5})
+    slow = decode_step(LLAMA3_8B, H100, "bf16", "fp16", 8192)
+    fast = decode_step(LLAMA3_8B, faster, "bf16", "fp16", 8192)
+    assert fast.roof.ridge == pytest.approx(2 * slow.roof.ridge)
+    assert fast.tokens_per_s == slow.tokens_per_s  # memory-bound: compute peak does not matter
+    assert prefill(LLAMA3_8B, faster, "bf16", "fp16", 4096).time < prefill(LLAMA3_8B, H100, "bf16", "fp16", 4096).time

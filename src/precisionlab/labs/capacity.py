@@ -136,7 +136,7 @@ def presets_table() -> Table:
 
 def batch_table(model: ModelShape, accelerators: dict[str, Accelerator], contexts: list[int], reserve: float,
                 tp: int, findings: dict[str, Scalar]) -> Table:
-    columns = ["GPU", "context", "weights", "weights GB", "weights GiB", "budget GB"]
+    columns = ["GPU", "context", "weights", "weights GB", "weights GiB", "budget GB", "budget GiB"]
     columns += [f"max batch {kv}" for kv in KV_DEFAULT] + ["flags"]
     rows: list[list[Scalar]] = []
     for key, acc in accelerators.items():
@@ -145,14 +145,14 @@ def batch_table(model: ModelShape, accelerators: dict[str, Accelerator], context
                 fits = [max_batch(model, acc, w, kv, context, reserve, tp) for kv in KV_DEFAULT]
                 first = fits[0]
                 rows.append([key, context_label(context), w, first.weight_bytes / GB, first.weight_bytes / GiB,
-                             first.budget_bytes / GB, *[f.batch for f in fits], first.flag])
+                             first.budget_bytes / GB, first.budget_bytes / GiB, *[f.batch for f in fits], first.flag])
                 for kv, fit in zip(KV_DEFAULT, fits, strict=True):
                     findings[f"batch.{model.key}.{key}.{context_label(context)}.{w}.{kv}"] = fit.batch
     per = f" per device (tp={tp})" if tp > 1 else ""
     return Table(
         key="batch", title=f"Largest batch of {model.name} that fits{per}, after a {reserve:.0%} reserve",
         columns=columns, rows=rows,
-        formats={"weights GB": ".4g", "weights GiB": ".4g", "budget GB": ".4g"},
+        formats={"weights GB": ".4g", "weights GiB": ".4g", "budget GB": ".4g", "budget GiB": ".4g"},
         note=("max batch = floor((memory × (1 - reserve) - weights) / KV bytes per sequence); memory in the "
               "vendor's decimal GB (1e9 B), GiB = 2^30 B. Weight schemes quantize the block linears and keep "
               "embedding, lm_head and norms in bf16."))
@@ -231,8 +231,9 @@ def decode_table(model: ModelShape, acc: Accelerator, key: str, context: int, ba
                              b <= fit.batch])
                 findings[f"decode.{model.key}.{key}.{context_label(context)}.{w}.{kv}.batch{b}.tokens_per_s"] = (
                     step.tokens_per_s)
+    past = f", past the model's {model.max_context}-token maximum" if context > model.max_context else ""
     return Table(
-        key="decode", title=f"Decode of {model.name} on {acc.name} at {context_label(context)} context (tp={tp})",
+        key="decode", title=f"Decode of {model.name} on {acc.name} at {context_label(context)} context (tp={tp}{past})",
         columns=["batch", "weights", "KV", "GB read/step/device", "tokens/s (all)", "tokens/s per seq",
                  "ms/step", "FLOP/byte", "ridge", "bound", "fits"],
         rows=rows,
