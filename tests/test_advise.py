@@ -9,6 +9,7 @@ import string
 import pytest
 
 from precisionlab.capacity.advisor import (
+    ROLE_NOTES,
     RULES,
     SCENARIOS,
     Inputs,
@@ -36,6 +37,13 @@ def test_templates_hold_no_typed_numbers(rule: Rule) -> None:
         text = literal_text(getattr(rule, column))
         # digits are allowed only inside names such as fp16, e4m3, W4A16
         assert not re.search(r"(?<![A-Za-z0-9_])\d", text), f"{rule.scenario}.{column}: {text!r}"
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_NOTES))
+def test_role_notes_hold_no_typed_numbers_and_reach_the_risk_column(role: str) -> None:
+    assert not re.search(r"(?<![A-Za-z0-9_])\d", literal_text(ROLE_NOTES[role]))
+    advice = advise("custom", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", role=role))
+    assert ROLE_NOTES[role].split(":")[0].split("(")[0].strip() in advice.risk
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

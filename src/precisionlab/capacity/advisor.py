@@ -52,6 +52,20 @@ COMPUTE_ONLY = ("tf32",)  # a matrix-core input mode, not a storage format
 ROLES = ("weights", "activations", "gradients", "kv_cache", "accumulator", "optimizer_state", "checkpoint")
 BOUNDS = ("memory", "compute")
 
+# What each tensor role adds to the custom scenario's risk column (templates: no typed numbers).
+ROLE_NOTES: dict[str, str] = {
+    "weights": "weights are well-behaved: per-channel or per-group scales, judged by a task-level eval",
+    "activations": "activations carry outlier channels: per-token or tile scales rather than one per tensor",
+    "gradients": "small gradients underflow first (fp16 flushes below {fmt[fp16].min_subnormal:.3g}): a loss "
+                 "scale for narrow-exponent formats",
+    "kv_cache": "keys carry outlier channels: per-channel key scales, as KIVI uses",
+    "accumulator": "accumulate wide whatever the storage: a narrow running sum stalls once half an ulp exceeds "
+                   "the next term",
+    "optimizer_state": "Adam's second moment spans many decades: fp32, or block-scaled states with their own "
+                       "scales",
+    "checkpoint": "a file outlives the hardware it was written on: record the exact encoding",
+}
+
 
 def fp8_formats_for(gpu_key: str) -> tuple[str, str]:
     """(E4M3, E5M2) as the target's hardware encodes them."""
@@ -375,7 +389,7 @@ def custom_facts(inp: Inputs) -> dict[str, Any]:
     else:
         throughput = (f"memory-bound: {best.bits} bits per value against {ref.bits} for bf16, "
                       f"{best.bits / ref.bits:g}× the bytes to move")
-    notes = []
+    notes = [ROLE_NOTES[inp.role].format_map(template_fields())]
     if scaled:
         notes.append("needs a scale per tensor or block (range is relative to it)")
     if best.name in OCP_FP8 + FP8_ENCODING["mi300x"] or inp.role == "checkpoint":
@@ -385,7 +399,7 @@ def custom_facts(inp: Inputs) -> dict[str, Any]:
         "need_rel": inp.rel_error, "have_decades": best.decades, "max_finite": fmt.max_finite,
         "roundoff": best.roundoff, "range_margin": best.decades / inp.range_decades if inp.range_decades else math.inf,
         "precision_margin": inp.rel_error / best.roundoff, "throughput_text": throughput,
-        "notes": "; ".join(notes) if notes else "no scaling needed", "fallback": fallback,
+        "notes": "; ".join(notes), "fallback": fallback,
         "gpu": inp.accelerator.name, "considered": ", ".join(c.name for c in found),
     }
 
@@ -530,7 +544,8 @@ def advise(scenario: str, inputs: Inputs) -> Advice:
 
 
 __all__ = [
-    "BOUNDS", "CANDIDATES", "FIXED_SCENARIOS", "FP8_ENCODING", "OCP_FP8", "PEAK_KEY", "ROLES", "RULES",
+    "BOUNDS", "CANDIDATES", "FIXED_SCENARIOS", "FP8_ENCODING", "OCP_FP8", "PEAK_KEY", "ROLES", "ROLE_NOTES",
+    "RULES",
     "SCENARIOS", "Advice", "Candidate", "Inputs", "Rule", "advise", "candidates", "decades_at", "float_format",
     "fp8_formats_for", "get_rule", "stall_point", "template_fields", "unit_roundoff",
 ]
