@@ -88,19 +88,22 @@ def train_part(steps: int = 400, samples: int = 16384) -> tuple[list[Table], lis
     study = toy.run_study(toy.make_problem(samples=samples), config)
     findings: dict[str, Scalar] = {"train.initial_loss": study.runs["fp32"].loss[0], "train.target_loss": study.target}
     rows: list[list[Scalar]] = []
+    window = study.runs["fp32"].steps_to(study.target) or steps
+    findings["train.lost_update_window"] = window
     for name, log in study.runs.items():
         v = log.variant
         reached = log.steps_to(study.target)
+        lost = float(np.mean(log.lost_updates[:window])) if log.lost_updates else 0.0
         findings[f"train.{name}.final_loss"] = log.final_loss
         findings[f"train.{name}.steps_to_target"] = reached
         findings[f"train.{name}.stalled"] = log.stalled(study.target)
         findings[f"train.{name}.flushed_fraction"] = log.flushed[-1]
+        findings[f"train.{name}.lost_update_fraction"] = lost
         if v.loss_scaling:
             findings[f"train.{name}.skipped_steps"] = sum(log.skipped)
             findings[f"train.{name}.final_scale"] = log.scale[-1]
         rows.append([name, v.compute, v.master, v.loss_scaling, log.final_loss, reached, log.stalled(study.target),
-                     sum(log.skipped), sum(log.clipped), log.scale[-1], log.flushed[-1],
-                     float(np.mean(log.lost_updates)) if log.lost_updates else 0.0])
+                     sum(log.skipped), sum(log.clipped), log.scale[-1], log.flushed[-1], lost])
     clip = study.runs["clip_before_unscale"]
     no_skip = study.runs["no_skip"]
     findings["train.clip_before_unscale.slowdown"] = study.slowdown()
@@ -116,30 +119,34 @@ def train_part(steps: int = 400, samples: int = 16384) -> tuple[list[Table], lis
                  "skipped", "clipped", "final scale", "flushed grads", "lost updates"],
         rows=rows,
         note=("flushed grads: fraction of nonzero output gradients 2r/N that rounded to 0 in the last step; "
-              "lost updates: mean fraction of weight updates that rounded away. Without loss scaling fp16's "
-              "gradients flush to zero once the residuals shrink and the run stalls; scaling by S (a power of two, "
-              "exact) moves them back into range. bf16 reaches the target with no scaling. Clipping before "
-              "unscaling clips S-times-too-large gradients every step: the curve looks ordinary, only slower. "
-              "Applying a step with inf gradients makes the weights NaN for good."),
+              "lost updates: fraction of weight updates that rounded away (w - u == w) over the steps fp32 needs "
+              "to reach the target. Without loss scaling fp16's gradients flush to zero once the residuals shrink "
+              "and the run stalls; scaling by S (a power of two, exact) moves them back into range. bf16 reaches "
+              "the target with no scaling, and without a master copy it loses updates to rounding. Clipping "
+              "before unscaling clips S-times-too-large gradients every step: the curve looks ordinary, only "
+              "slower. Applying a step with inf gradients makes the weights NaN for good."),
         formats={"final loss": ".3e", "final scale": ".4g", "flushed grads": ".3f", "lost updates": ".3f"},
     )
     return [table], _train_figures(study), findings
 
 
 def _train_figures(study: toy.TrainingStudy) -> list[Figure]:
-    loss_series = [Series(name, list(range(len(log.loss))), log.loss, style="--" if name in ("no_skip",) else "-")
-                   for name, log in study.runs.items() if name not in ("no_skip",)]
+    loss_series = [Series(name, list(range(len(log.loss))), log.loss, style="--" if name == "fp16_master" else "-")
+                   for name, log in study.runs.items() if name != "no_skip"]
     loss = Figure(key="loss_per_step", title="Loss per step, each variant in emulated precision",
                   xlabel="step", ylabel="loss (mean squared error)", series=loss_series, yscale="log",
-                  hlines=[(study.target, "target")])
+                  hlines=[(study.target, "target")],
+                  note="no_skip is left out: its loss is NaN from the step after the first overflow.")
     scale_series = []
     for name in ("fp16_master_scaled", "clip_before_unscale", "high_scale_skip", "no_skip"):
         log = study.runs[name]
         stop = len(log.scale) if log.first_nan_step is None else log.first_nan_step + 1
-        scale_series.append(Series(name, list(range(stop)), log.scale[:stop], kind="step"))
+        style = "--" if name == "clip_before_unscale" else "-"
+        scale_series.append(Series(name, list(range(stop)), log.scale[:stop], kind="step", style=style))
     scale = Figure(key="scale_per_step", title="Dynamic loss scale per step (halve on overflow, double when clean)",
                    xlabel="step", ylabel="loss scale S", series=scale_series, yscale="log",
-                   note="no_skip is drawn until its weights turn NaN.")
+                   note=("no_skip is drawn until its weights turn NaN; clip_before_unscale (dashed) shares "
+                         "fp16_master_scaled's scale trace."))
     return [loss, scale]
 
 

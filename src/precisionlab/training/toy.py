@@ -86,6 +86,7 @@ VARIANTS = (
     Variant("fp16_master", "fp16", True, False, "fp16 compute, fp32 master weights and state; no loss scaling"),
     Variant("fp16_master_scaled", "fp16", True, True, "fp16 compute, fp32 master, dynamic loss scaling"),
     Variant("bf16_master", "bf16", True, False, "bf16 compute, fp32 master weights and state; no loss scaling"),
+    Variant("bf16_plain", "bf16", False, False, "bf16 weights, gradients and optimizer state; no master copy"),
 )
 
 TRAPS = (
