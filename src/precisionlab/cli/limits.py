@@ -11,8 +11,6 @@ from precisionlab.cli.common import emit, lab_output_options
 from precisionlab.labs import limits
 from precisionlab.labs.result import LabResult
 
-SIZE_OPTIONS = ("min_log2_n", "max_log2_n", "order_n", "variance_n", "stall_count")
-
 
 def parse_value(text: str) -> float:
     """A finite real number, or ValueError with a one-line message."""
@@ -44,12 +42,14 @@ def parse_formats(text: str | None) -> list[str] | None:
               help="Largest dot-product length as a power of two [16]; 20 gives 2^20 (about a minute).")
 @click.option("--order-n", type=int, default=None, help="Values in the summation-order sum, a multiple of 4096 [2^20].")
 @click.option("--variance-n", type=int, default=None, help="Values in the cancellation (variance) section [100000].")
+@click.option("--drift-n", type=int, default=None,
+              help="Values in the larger variance run that shows two-pass and Welford drifting [1000000]; 0 skips.")
 @click.option("--stall-count", type=int, default=None, help="Repeated additions of 0.01 in the stall table [1000000].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random input.")
 @click.option("--quick", is_flag=True, help="Small sizes (seconds), as the tests and `run --quick` use.")
 @lab_output_options
 def COMMAND(value_text: str, formats_text: str | None, min_log2_n: int | None, max_log2_n: int | None,
-            order_n: int | None, variance_n: int | None, stall_count: int | None, seed: int, quick: bool,
+            order_n: int | None, variance_n: int | None, drift_n: int | None, stall_count: int | None, seed: int, quick: bool,
             as_json: bool, out_dir: Path | None) -> None:
     """Numerics hazards: exp overflow, lost updates, accumulation, summation order,
     cancellation and the two E4M3s, each measured and shown beside its fix."""
@@ -62,6 +62,10 @@ def COMMAND(value_text: str, formats_text: str | None, min_log2_n: int | None, m
         if size <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {size}")
         options[name] = size
+    if drift_n is not None:
+        if drift_n < 0:
+            raise ValueError(f"--drift-n must be 0 (skip) or a positive integer, got {drift_n}")
+        options["drift_n"] = drift_n
     options["value"] = parse_value(value_text)
     options["formats"] = parse_formats(formats_text)
     options["seed"] = seed

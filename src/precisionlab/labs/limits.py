@@ -45,13 +45,16 @@ FTZ_NOTE = ("Flush-to-zero: CUDA's -ftz=true (implied by --use_fast_math) flushe
 
 
 def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: int = 6, max_log2_n: int = 16,
-        order_n: int = 1 << 20, variance_n: int = 100_000, stall_count: int = 1_000_000, seed: int = 0,
-        progress: Progress | None = None) -> LabResult:
+        order_n: int = 1 << 20, variance_n: int = 100_000, drift_n: int = 1_000_000, stall_count: int = 1_000_000,
+        seed: int = 0, progress: Progress | None = None) -> LabResult:
     """Run every section. Sizes: dot products of n = 2^min_log2_n .. 2^max_log2_n, an
-    order_n-value sum (a multiple of 4096), variance of variance_n values, stall_count
-    repeated additions. formats: float formats for sections 2-4 (default: every float)."""
+    order_n-value sum (a multiple of 4096), variance of variance_n values (and of drift_n
+    values to show the drift of the fixes; 0 skips), stall_count repeated additions.
+    formats: float formats for sections 2-4 (default: every float)."""
     chosen = _float_formats(formats)
     _check_sizes(value, min_log2_n, max_log2_n, order_n, variance_n, stall_count)
+    if drift_n < 0 or drift_n == 1:
+        raise ValueError(f"drift_n must be 0 (skip) or at least 2, got {drift_n}")
     say = progress or (lambda _: None)
     findings: dict[str, Scalar] = {}
     sections: list[Table] = [format_table()]
@@ -74,7 +77,7 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
     sections.append(table)
     figures.append(figure)
     say("cancellation")
-    sections.append(variance_table(variance_n, seed, findings))
+    sections.append(variance_table(variance_n, drift_n, seed, findings))
     say("fp8 variants")
     sections += [fp8_trap_table(findings), fp8_crosscheck_table(findings)]
     return LabResult(
@@ -85,7 +88,7 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
         findings=findings,
         params={"value": value, "formats": ",".join(f.name for f in chosen), "min_log2_n": min_log2_n,
                 "max_log2_n": max_log2_n, "order_n": order_n, "variance_n": variance_n,
-                "stall_count": stall_count, "seed": seed},
+                "drift_n": drift_n, "stall_count": stall_count, "seed": seed},
         summary=("Every number is measured on emulated arithmetic with one exact rounding per operation. "
                  "Read each hazard with the fix printed beside it: subtract the max before exp, keep fp32 master "
                  "weights, accumulate in fp32 (or pairwise), compare reductions with a tolerance, subtract the "
@@ -184,16 +187,22 @@ def exp_overflow_section(formats: list[FloatFormat], findings: dict[str, Scalar]
               "An attention logit of 11.1 is ordinary. Fix: subtract the row max first (next table)."),
         formats={"max finite": ".5g", "ln(max)": ".6g"},
     )
-    xs = [i * 0.5 for i in range(0, 201)]
+    xs = [i * 0.25 for i in range(0, 401)]
+    exact = np.exp(np.asarray(xs))
     shown = [f for f in formats if f.name in ("fp16", "bf16", "fp32", "e4m3", "e5m2", "e4m3fnuz")] or formats
+    series = [Series("exp(x)", xs, exact.tolist(), style="-")]
+    if any(f.name == "fp16" for f in formats):
+        stored = np.asarray(round_to(exact, "fp16"), dtype=np.float64)
+        series.append(Series("exp(x) stored in fp16 (inf not drawn)", xs, stored.tolist(), style="o"))
+    series += [Series(f"{f.name} max = {f.max_finite:.4g}", [xs[0], xs[-1]], [f.max_finite] * 2, style="--")
+               for f in shown]
     figure = Figure(
         key="exp_overflow",
         title="exp(x) against each format's largest finite value",
         xlabel="x",
         ylabel="exp(x)",
-        series=[Series("exp(x)", xs, [math.exp(x) for x in xs], kind="line", style="-")],
+        series=series,
         yscale="log",
-        hlines=[(f.max_finite, f"{f.name} max {f.max_finite:.4g}") for f in shown],
         vlines=[(float(v), f"{k.split('.')[1]} overflows at {v}") for k, v in findings.items()
                 if k in ("exp_overflow_x.fp16", "exp_overflow_x.fp32") and isinstance(v, float)],
         note="Where the curve crosses a format's line, exp(x) stops being representable in that format.",
@@ -435,7 +444,7 @@ def variance_values(n: int, seed: int) -> np.ndarray:
     return (1e6 + np.random.default_rng(seed + 2).uniform(-1.0, 1.0, n)).astype(np.float32)
 
 
-def variance_table(n: int, seed: int, findings: dict[str, Scalar]) -> Table:
+def variance_table(n: int, drift_n: int, seed: int, findings: dict[str, Scalar]) -> Table:
     values = variance_values(n, seed)
     reference = reference_variance(values)
     methods = [
@@ -450,18 +459,31 @@ def variance_table(n: int, seed: int, findings: dict[str, Scalar]) -> Table:
     rows: list[list[Scalar]] = []
     for label, key, result in methods:
         rel = abs(result - reference) / reference
-        rows.append([label, result, rel, "ok (< 5%)" if rel < 0.05 else "wrong"])
+        rows.append([label, n, result, rel, "ok (< 5%)" if rel < 0.05 else "wrong"])
         findings[key] = result
+    if drift_n:
+        drift_values = variance_values(drift_n, seed)
+        drift_reference = reference_variance(drift_values)
+        for label, key, result in (
+            ("two-pass, fp32, tree sums, larger n", "variance.drift_two_pass_rel_error",
+             two_pass_variance_fp32(drift_values)),
+            ("Welford, fp32, larger n", "variance.drift_welford_rel_error", welford_variance_fp32(drift_values)),
+        ):
+            rel = abs(result - drift_reference) / drift_reference
+            rows.append([label, drift_n, result, rel, "ok (< 5%)" if rel < 0.05 else "wrong"])
+            findings[key] = rel
     return Table(
         key="variance",
         title=f"Cancellation: variance of {n} values 1e6 + U(-1,1) stored in fp32 (true variance ≈ 1/3)",
-        columns=["method", "variance", "rel error vs fp64", "verdict"],
+        columns=["method", "n", "variance", "rel error vs fp64", "verdict"],
         rows=rows,
-        note=("mean(x²) and mean(x)² are both ≈ 1e12, where fp32's spacing is 2^16 = 65536: their difference cannot "
-              "hold 1/3, so one-pass returns a multiple of 65536 (zero, negative, or huge). The fix is "
+        note=("mean(x²) and mean(x)² are both ≈ 1e12, where fp32's spacing is 2^16 = 65536: their difference "
+              "cannot hold 1/3, so one-pass returns a multiple of 65536 (zero, negative, or huge). The fix is "
               "algebraic: subtract the mean first (two-pass) or use Welford's update, as LayerNorm kernels do. "
-              "They too drift as n grows (the fp32 mean near 1e6 has spacing 1/16): see docs/limits.md for "
-              "n = 1e6."),
+              "Neither is immune as n grows: an fp32 mean near 1e6 has spacing 1/16, and Welford's update "
+              "m + (x - m)/k is lost once |x - m|/k < 1/32, so its mean freezes (the stall of section 5) and the "
+              "frozen mean's error squared lands in the variance. Per-thread Welford over short runs, merged with "
+              "Chan's formula, keeps k small."),
         formats={"variance": ".8g", "rel error vs fp64": ".3g"},
     )
 
@@ -538,7 +560,8 @@ LAB = Lab(
     title="Numerics hazards: overflow, lost updates, accumulation, order, cancellation, fp8 variants",
     run=run,
     order=10,
-    quick={"min_log2_n": 4, "max_log2_n": 10, "order_n": 1 << 14, "variance_n": 20_000, "stall_count": 1_000_000},
+    quick={"min_log2_n": 4, "max_log2_n": 10, "order_n": 1 << 14, "variance_n": 20_000, "drift_n": 0,
+           "stall_count": 1_000_000},
 )
 
 __all__ = ["LAB", "run"]
