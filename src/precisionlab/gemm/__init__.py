@@ -7,7 +7,6 @@
 GPU kernels (Triton) live in `precisionlab.gemm.kernels` and import torch/triton lazily.
 """
 
-from precisionlab.gemm.accumulate import accumulator_format, add_rounded, sum_to_odd
 from precisionlab.gemm.emulate import (
     Operands,
     accumulate,
@@ -18,6 +17,7 @@ from precisionlab.gemm.emulate import (
     store,
     tolerance,
 )
+from precisionlab.gemm.rounded_sum import accumulator_format, add_rounded, sum_to_odd
 from precisionlab.gemm.scaling import Scaled, scale_and_round
 from precisionlab.gemm.variants import (
     BLOCK_K,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from precisionlab.formats import get_format
-from precisionlab.gemm.accumulate import accumulator_format, add_rounded
+from precisionlab.gemm.rounded_sum import accumulator_format, add_rounded
 from precisionlab.gemm.scaling import scale_and_round
 from precisionlab.gemm.variants import A_BLOCK, B_BLOCK, BLOCK_K, Variant
 from precisionlab.rounding import round_to

@@ -1,0 +1,148 @@
+"""Triton kernels checked on the CPU under TRITON_INTERPRET=1 against torch (and the exact emulation).
+
+What the interpreter runs faithfully: fp32, fp16 and fp8 (e4m3) operands. bf16 operands are not
+emulated faithfully by the interpreter (garbage results in triton 3.x), so the bf16 kernels are
+checked only on a CUDA device (the `gpu`-marked test, skipped here). The interpreter also does not
+fuse a·b + c into one FMA, so fp32-storage results differ from the GPU's in the last bits; with
+16-bit storage the product is exact in fp32 and the FMA kernel matches the emulation bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Triton decides at import time (its own @jit helpers such as tl.cdiv) whether to interpret:
+# the variable must be set before triton is first imported in this process.
+_TRITON_PRELOADED = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+os.environ["TRITON_INTERPRET"] = "1"
+
+import importlib  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from precisionlab.gemm import Variant, emulated_matmul, random_inputs, store  # noqa: E402
+from precisionlab.gemm.scaling import scale_and_round  # noqa: E402
+
+pytestmark = pytest.mark.skipif(_TRITON_PRELOADED, reason="triton was imported without TRITON_INTERPRET before "
+                                "this module; run tests/test_kernels_triton.py on its own")
+
+
+@pytest.fixture(scope="module")
+def k() -> SimpleNamespace:
+    """The kernel modules, (re)imported with the interpreter switched on."""
+    return SimpleNamespace(**{name: importlib.reload(importlib.import_module(f"precisionlab.gemm.kernels.{name}"))
+                              for name in ("matmul", "axpy")})
+
+
+def _rel(c: torch.Tensor, ref: np.ndarray) -> float:
+    return float(np.max(np.abs(c.double().numpy() - ref) / np.abs(ref)))
+
+
+def test_fma_kernel_fp16_is_bit_exact_with_the_emulation(k: SimpleNamespace) -> None:
+    a, b = random_inputs(32, 48, 64, seed=1)
+    c = k.matmul.matmul_fma(torch.from_numpy(a).half(), torch.from_numpy(b).half(), block_m=16, block_n=16)
+    np.testing.assert_array_equal(c.double().numpy(), emulated_matmul(a, b, Variant("fp16", "fp16")))
+
+
+def test_fma_kernel_fp32_against_torch_with_ragged_edges(k: SimpleNamespace) -> None:
+    a, b = random_inputs(20, 36, 50, seed=2)
+    c = k.matmul.matmul_fma(torch.from_numpy(a), torch.from_numpy(b), block_m=16, block_n=16, block_k=8)
+    ref = torch.from_numpy(a).double() @ torch.from_numpy(b).double()
+    assert _rel(c, ref.numpy()) < 50 * 2.0**-24
+
+
+def test_dot_kernel_fp16_fp32_acc_against_torch(k: SimpleNamespace) -> None:
+    a, b = random_inputs(40, 48, 72, seed=3)
+    ta, tb = torch.from_numpy(a).half(), torch.from_numpy(b).half()
+    c = k.matmul.matmul_dot(ta, tb, block_m=16, block_n=16, block_k=16)
+    ref = (ta.double() @ tb.double()).numpy()
+    assert _rel(c, ref) < 72 * 2.0**-24
+    assert c.shape == (40, 48) and c.dtype == torch.float32
+
+
+def test_dot_kernel_fp32_ieee_against_torch(k: SimpleNamespace) -> None:
+    a, b = random_inputs(16, 16, 64, seed=4)
+    c = k.matmul.matmul_dot(torch.from_numpy(a), torch.from_numpy(b), block_m=16, block_n=16, block_k=16)
+    ref = torch.from_numpy(a).double() @ torch.from_numpy(b).double()
+    assert _rel(c, ref.numpy()) < 64 * 2.0**-24
+
+
+def test_fp16_accumulator_kernel_is_much_worse(k: SimpleNamespace) -> None:
+    a, b = random_inputs(16, 16, 1024, seed=5)
+    ta, tb = torch.from_numpy(a).half(), torch.from_numpy(b).half()
+    ref = (ta.double() @ tb.double()).numpy()
+    wide = _rel(k.matmul.matmul_dot(ta, tb, block_m=16, block_n=16, block_k=16), ref)
+    narrow = _rel(k.matmul.matmul_dot(ta, tb, acc_fp16=True, block_m=16, block_n=16, block_k=16), ref)
+    assert narrow > 100 * wide
+    assert narrow < (1024 // 16 + 1) * 2.0**-11  # one fp16 rounding per 16-wide dot step
+    with pytest.raises(ValueError, match="fp16 inputs"):
+        k.matmul.matmul_dot(ta.float(), tb.float(), acc_fp16=True)
+
+
+def test_fp8_per_tensor_dot_against_torch_and_emulation(k: SimpleNamespace) -> None:
+    a, b = random_inputs(32, 32, 128, seed=6)
+    variant = Variant("e4m3_tensor", "e4m3", scaling="tensor")
+    ops = store(a, b, variant)
+    a8 = torch.from_numpy(ops.a).float().to(torch.float8_e4m3fn)
+    b8 = torch.from_numpy(ops.b).float().to(torch.float8_e4m3fn)
+    scale = torch.tensor([float(ops.a_scale.reshape(()) * ops.b_scale.reshape(()))], dtype=torch.float32)
+    c = k.matmul.matmul_dot(a8, b8, scale=scale, block_m=16, block_n=16, block_k=32)
+    ref = (a8.double() @ b8.double()).numpy() * float(ops.a_scale.reshape(())) * float(ops.b_scale.reshape(()))
+    assert _rel(c, ref) < 1e-6
+    assert _rel(c, emulated_matmul(a, b, variant)) < 1e-6
+
+
+def test_fp8_block_scaled_kernel_against_torch_and_emulation(k: SimpleNamespace) -> None:
+    a, b = random_inputs(32, 64, 256, seed=7)
+    a[:, 128:] *= 30
+    variant = Variant("e4m3_block", "e4m3", scaling="block")
+    ops = store(a, b, variant)
+    b_scales = scale_and_round(b.astype(np.float64), "e4m3", (128, 128)).scales
+    a8 = torch.from_numpy(ops.a).float().to(torch.float8_e4m3fn)
+    b8 = torch.from_numpy(ops.b).float().to(torch.float8_e4m3fn)
+    sa, sb = torch.from_numpy(ops.a_scale).float(), torch.from_numpy(b_scales).float()
+    c = k.matmul.matmul_fp8_blockscaled(a8, sa, b8, sb, block_m=16, block_n=32)
+    ref = sum((a8[:, s:s + 128].double() @ b8[s:s + 128].double()) * sa[:, i, None].double() * sb[i, 0].double()
+              for i, s in enumerate((0, 128)))
+    assert _rel(c, ref.numpy()) < 1e-6
+    assert _rel(c, emulated_matmul(a, b, variant)) < 1e-6
+    with pytest.raises(ValueError, match="scales must be"):
+        k.matmul.matmul_fp8_blockscaled(a8, sa[:, :1], b8, sb)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_axpy_kernel_rounds_once_from_fp32(k: SimpleNamespace, dtype: str) -> None:
+    dt = getattr(torch, dtype)
+    x = (1.0 - torch.rand(5000)).to(dt)
+    y = (1.0 - torch.rand(5000)).to(dt)
+    expect = (0.75 * x.float() + y.float()).to(dt)
+    k.axpy.axpy(0.75, x, y, block=1024)
+    assert torch.equal(y, expect)
+    with pytest.raises(ValueError, match="share"):
+        k.axpy.axpy(1.0, x, y[:10])
+
+
+def test_shape_errors(k: SimpleNamespace) -> None:
+    with pytest.raises(ValueError, match="M×K"):
+        k.matmul.matmul_fma(torch.ones(4, 5), torch.ones(4, 5))
+
+
+@pytest.mark.gpu
+def test_bf16_kernels_on_gpu() -> None:
+    """Waits for a GPU: the interpreter cannot run bf16 operands faithfully."""
+    if not torch.cuda.is_available():
+        pytest.skip("bf16 Triton kernels are checked on a CUDA device only")
+    from precisionlab.gemm.kernels.matmul import matmul_dot, matmul_fma
+
+    a, b = random_inputs(256, 256, 256, seed=8)
+    ta, tb = torch.from_numpy(a).cuda().bfloat16(), torch.from_numpy(b).cuda().bfloat16()
+    ref = (ta.double() @ tb.double()).cpu().numpy()
+    assert _rel(matmul_dot(ta, tb).cpu(), ref) < 256 * 2.0**-24
+    np.testing.assert_array_equal(matmul_fma(ta, tb).double().cpu().numpy(),
+                                  emulated_matmul(a, b, Variant("bf16", "bf16")))
