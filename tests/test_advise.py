@@ -5,25 +5,23 @@ from __future__ import annotations
 import json
 import re
 import string
+from typing import Any
 
 import pytest
 
-from precisionlab.capacity.advisor import (
-    ROLE_NOTES,
-    RULES,
-    SCENARIOS,
-    Inputs,
-    Rule,
-    advise,
-    candidates,
-    decades_at,
-    stall_point,
-    unit_roundoff,
-)
+from precisionlab.capacity.advisor import RULES, SCENARIOS, Inputs, Rule, advise
+from precisionlab.capacity.format_choice import ROLE_NOTES, candidates, decades_at, unit_roundoff
+from precisionlab.capacity.scenario_facts import stall_point
 from precisionlab.formats import get_format
 from precisionlab.hardware import get_accelerator
 
 H100 = Inputs(accelerator=get_accelerator("h100"), gpu_key="h100")
+
+
+def choose(gpu: str, role: str = "activations", range_decades: float = 4.0, rel_error: float = 1e-2,
+           bound: str = "memory") -> list[str]:
+    """Names of the formats the custom chooser keeps, best first."""
+    return [c.name for c in candidates(get_accelerator(gpu), gpu, role, range_decades, rel_error, bound)]
 
 
 def literal_text(template: str) -> str:
@@ -110,27 +108,27 @@ def test_unit_roundoff_and_decades_by_hand() -> None:
 
 
 def test_custom_picks_the_targets_fp8_flavour() -> None:
-    want = {"role": "kv_cache", "range_decades": 3.0, "rel_error": 0.07, "bound": "memory"}
-    assert candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", **want))[0].name == "e4m3"
-    mi = candidates(Inputs(accelerator=get_accelerator("mi300x"), gpu_key="mi300x", **want))
-    assert mi[0].name == "e4m3fnuz" and "e4m3" not in [c.name for c in mi]
+    want: dict[str, Any] = {"role": "kv_cache", "range_decades": 3.0, "rel_error": 0.07, "bound": "memory"}
+    assert choose("h100", **want)[0] == "e4m3"
+    mi = choose("mi300x", **want)
+    assert mi[0] == "e4m3fnuz" and "e4m3" not in mi
 
 
 def test_custom_compute_bound_needs_a_matrix_rate() -> None:
-    want = {"role": "activations", "range_decades": 1.0, "rel_error": 0.1, "bound": "compute"}
+    want: dict[str, Any] = {"role": "activations", "range_decades": 1.0, "rel_error": 0.1, "bound": "compute"}
     # A100 has no fp8 path: int8 (624 TOPS, 1.4 decades at 10%) beats bf16 (312)
-    assert candidates(Inputs(accelerator=get_accelerator("a100"), gpu_key="a100", **want))[0].name == "int8"
-    assert candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", **want))[0].name in ("e4m3", "int8")
-    accum = candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", role="accumulator",
-                              range_decades=10, rel_error=1e-6, bound="memory"))
-    assert accum[0].name == "fp32"
+    assert choose("a100", **want)[0] == "int8"
+    assert choose("h100", **want)[0] in ("e4m3", "int8")
+    assert choose("h100", role="accumulator", range_decades=10, rel_error=1e-6)[0] == "fp32"
+    assert "tf32" not in choose("h100", rel_error=1e-3)  # memory-bound: tf32 is not a storage format
+    assert "tf32" in choose("h100", rel_error=1e-3, bound="compute")
 
 
 def test_custom_errors() -> None:
     with pytest.raises(ValueError, match="no format meets"):
         advise("custom", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", rel_error=1e-30))
     with pytest.raises(ValueError, match="unknown tensor role"):
-        candidates(Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", role="bias"))
+        choose("h100", role="bias")
 
 
 def test_cli_all_scenarios(run_cli) -> None:  # type: ignore[no-untyped-def]

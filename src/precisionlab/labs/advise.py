@@ -7,15 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from precisionlab.capacity.advisor import (
-    FIXED_SCENARIOS,
-    SCENARIOS,
-    Advice,
-    Inputs,
-    advise,
-    float_format,
-    fp8_formats_for,
-)
+from precisionlab.capacity.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
+from precisionlab.capacity.format_choice import float_format, fp8_formats_for
 from precisionlab.capacity.memory import DEFAULT_RESERVE
 from precisionlab.capacity.models import finding_key
 from precisionlab.formats import get_format
