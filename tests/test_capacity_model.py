@@ -234,3 +234,13 @@ def test_peak_override_moves_the_ridge_not_decode() -> None:
     assert fast.roof.ridge == pytest.approx(2 * slow.roof.ridge)
     assert fast.tokens_per_s == slow.tokens_per_s  # memory-bound: compute peak does not matter
     assert prefill(LLAMA3_8B, faster, "bf16", "fp16", 4096).time < prefill(LLAMA3_8B, H100, "bf16", "fp16", 4096).time
+
+
+def test_capacity_imports_no_heavy_peers() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, precisionlab.capacity, precisionlab.capacity.advisor, precisionlab.labs.capacity, "
+            "precisionlab.labs.advise; print(sorted({'torch', 'triton', 'matplotlib', 'rich'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
