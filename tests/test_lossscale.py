@@ -62,7 +62,7 @@ def test_bill_json(run_cli) -> None:  # type: ignore[no-untyped-def]
 
 def test_full_lab_json_and_plots(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
-    result = run_cli("lossscale", "--steps", "300", "--json", "--out", str(out))
+    result = run_cli("lossscale", "--quick", "--json", "--out", str(out))
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     for key in REQUIRED:

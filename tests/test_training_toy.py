@@ -107,3 +107,8 @@ def test_unknown_variant_and_bad_config() -> None:
         TrainConfig(steps=0)
     with pytest.raises(ValueError):
         TrainConfig(lr=-1.0)
+
+
+def test_short_runs_are_never_called_stalled() -> None:
+    log = train(make_problem(samples=1024), get_variant("fp16_plain"), TrainConfig(steps=5))
+    assert not log.stalled(0.0)

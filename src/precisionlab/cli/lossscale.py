@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from precisionlab.cli.common import emit, lab_output_options, positive_int
-from precisionlab.labs.lossscale import run
+from precisionlab.labs.lossscale import LAB, run
 
 
 @contextlib.contextmanager
@@ -40,9 +40,10 @@ _SAMPLES = click.option("--samples", default=16384, show_default=True, callback=
 @click.group("lossscale", invoke_without_command=True)
 @_STEPS
 @_SAMPLES
+@click.option("--quick", is_flag=True, help="The lab's small settings (as `precisionlab run --quick`).")
 @lab_output_options
 @click.pass_context
-def COMMAND(ctx: click.Context, steps: int, samples: int, as_json: bool, out_dir: Path | None) -> None:
+def COMMAND(ctx: click.Context, steps: int, samples: int, quick: bool, as_json: bool, out_dir: Path | None) -> None:
     """Gradient underflow in fp16, loss scaling, master weights and the memory bill of training.
 
     Without a verb: the whole lab (census of the built-in example, every training variant, and the
@@ -50,8 +51,9 @@ def COMMAND(ctx: click.Context, steps: int, samples: int, as_json: bool, out_dir
     """
     if ctx.invoked_subcommand is not None:
         return
+    options = dict(LAB.quick) if quick else {"steps": steps, "samples": samples}
     with _busy("training every variant in emulated precision"):
-        result = run(steps=steps, samples=samples)
+        result = run(**options)
     emit(result, as_json, out_dir)
 
 

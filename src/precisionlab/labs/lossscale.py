@@ -53,7 +53,7 @@ def census_part(sample: GradientSample) -> tuple[list[Table], list[Figure], dict
         note=(f"Fractions of all values after one exact rounding of |g|. zero: nonzero values that round to 0 "
               f"(|g| <= min_subnormal/2); subnormal: kept with fewer significant bits. The largest power of two "
               f"that keeps the largest gradient ({sample.max_magnitude:.4g}) finite in fp16 is 2^{exponent}; the "
-              f"last row is fp16 after multiplying by it. bf16 shares fp32's exponent range, so nothing underflows."),
+              f"last row is fp16 after multiplying by it. bf16 has fp32's exponent range (min normal 2^-126)."),
         formats={c: ".4f" for c in ("zero (flushed)", "subnormal", "normal", "overflow", "input zeros")},
     )
     return [table], [_census_figure(sample, exponent)], findings

@@ -18,12 +18,14 @@ as matrix cores accumulate in fp32):
     w_c    = round(w_master, P)                    (or w itself, kept in P, with no master copy)
     pred   = round(X_c @ w_c, P);  r = round(pred - y_c, P)
     loss   = round(mean(r^2), fp32)                (losses stay fp32, as under autocast)
-    dpred  = round(r * (2 S / N), P)               (S = loss scale; 2 S / N is a power of two)
+    dpred  = round(r * (2 S / N), P)               (S = loss scale; exact when N is a power of two)
     grad   = round(X_c^T @ dpred, P)
     master: g = round(grad / S, fp32); overflow = any inf/NaN in grad -> skip the step, back off S
     clip:   g <- g * max_norm / ||g|| when ||g|| > max_norm   (after unscaling; the trap: before)
     SGD with momentum in the state format (fp32 with a master copy, else P):
             buf = round(round(mu * buf) + g);  w = round(w - round(lr * buf))
+
+Variants without loss scaling have no overflow check (nothing to back off): every step is applied.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import numpy as np
 
 from precisionlab.rounding import round_to
 from precisionlab.training.scaler import DynamicLossScaler, has_overflow
+
+MIN_STALL_STEPS = 10
+"""Runs shorter than this are never called stalled."""
 
 
 @dataclass(frozen=True)
@@ -160,8 +165,9 @@ class RunLog:
         return None
 
     def stalled(self, target: float) -> bool:
-        """Never reached target, and improved less than 2x over the second half of the run."""
-        if self.steps_to(target) is not None:
+        """Never reached target, and improved less than 2x over the second half of the run
+        (False for runs of fewer than MIN_STALL_STEPS steps: too short to tell)."""
+        if self.steps_to(target) is not None or len(self.loss) <= MIN_STALL_STEPS:
             return False
         half = len(self.loss) // 2
         first, second = np.array(self.loss[: half + 1]), np.array(self.loss[half:])
