@@ -1,0 +1,70 @@
+"""`precisionlab quant`: Lab 3 (demo), Exercise 3 (drill), and schemes compared on your tensors.
+
+    precisionlab quant demo [--cols N --ratio R --window W]
+    precisionlab quant drill [--seed S]
+    precisionlab quant compare FILE [--schemes int4:g128,mxfp4,nvfp4 ...]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from precisionlab.cli.common import emit, lab_output_options, positive_int
+
+
+@click.group("quant")
+def COMMAND() -> None:
+    """Quantization schemes with honest byte accounting (int, fp8/fp6/fp4, nf4, MX, NVFP4)."""
+
+
+@COMMAND.command("demo")
+@click.option("--cols", default=1024, show_default=True, callback=positive_int, help="Columns of the 64-row matrix.")
+@click.option("--ratio", default=45.0, show_default=True, type=float,
+              help="Outlier row amax over the median row amax.")
+@click.option("--window", default=16, show_default=True, callback=positive_int,
+              help="Delayed-scaling amax history length.")
+@lab_output_options
+def demo(cols: int, ratio: float, window: int, as_json: bool, out_dir: Path | None) -> None:
+    """Lab 3: per-tensor vs per-row int8, an outlier row in fp16, block formats, FP8 delayed scaling."""
+    from precisionlab.labs.quant_demo import run
+
+    if not ratio > 0:
+        raise ValueError(f"--ratio must be positive, got {ratio}")
+    emit(run(cols=cols, ratio=ratio, window=window, steps=max(24, window + 8)), as_json, out_dir)
+
+
+@COMMAND.command("drill")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the deterministic matrix.")
+@lab_output_options
+def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
+    """Exercise 3: per-tensor, per-row and g = 128..8 int8 with fp16 scales; outlier alignment."""
+    from precisionlab.labs.quant_drill import run
+
+    emit(run(seed=seed), as_json, out_dir)
+
+
+@COMMAND.command("compare")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--schemes", "-s", multiple=True,
+              help="Scheme strings, comma-separated or repeated (default: int8:row, int4:g128, nf4:g64, mxfp8, "
+                   "mxfp4, nvfp4, dsv3_weight).")
+@lab_output_options
+def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path | None) -> None:
+    """Every scheme on every float tensor of FILE (.npy or .safetensors, memory-mapped; bf16 included)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from precisionlab.labs import quant_compare
+
+    chosen = list(quant_compare.split_schemes(schemes)) or list(quant_compare.DEFAULT_SCHEMES)
+    total = quant_compare.progress_total(file, chosen)
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("quantizing", total=total)
+
+        def advance(description: str) -> None:
+            bar.update(task, description=description, advance=1)
+
+        result = quant_compare.compare(file, chosen, progress=advance)
+    emit(result, as_json, out_dir)

@@ -1,0 +1,96 @@
+"""`precisionlab quant demo | drill | compare` through the CLI runner, and the two registered labs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precisionlab.labs import get_lab
+from precisionlab.quant.safetensors_io import write_safetensors
+
+
+def _json(result) -> dict:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{"):])
+
+
+def test_demo_findings(run_cli) -> None:  # type: ignore[no-untyped-def]
+    data = _json(run_cli("quant", "demo", "--cols", "256", "--window", "8", "--json"))
+    f = data["findings"]
+    assert f["demo.outlier_amax_ratio"] == pytest.approx(45.0)
+    # per-row scaling cuts the typical-row error by about the amax ratio (Lab 3: ~45x)
+    assert 30 < f["demo.typical_row_error_ratio"] < 60
+    # the fp16 row cuts the total error several-fold (Lab 3: ~5x) for N bytes out of ~64 N (~1.5%)
+    assert f["demo.fp16_row_error_gain"] > 3
+    assert f["demo.fp16_row_memory_overhead"] == pytest.approx((256 * 2 + 4 - 256 - 2) / (64 * 256 + 128))
+    assert f["demo.g32_fp32_compression"] == pytest.approx(4 / 1.125)
+    assert f["demo.delayed_stale_steps"] == 8 and f["demo.current_stale_steps"] == 0
+
+
+def test_drill_findings(run_cli) -> None:  # type: ignore[no-untyped-def]
+    data = _json(run_cli("quant", "drill", "--json"))
+    f = data["findings"]
+    expected = {"per_tensor": 16386, "per_row": 16512, "g128": 16640, "g64": 16896, "g32": 17408, "g16": 18432,
+                "g8": 20480}
+    assert {k: f[f"drill.bytes.{k}"] for k in expected} == expected
+    assert f["drill.rest_rms_improvement"] > 3  # rms improves several-fold ...
+    assert 0.9 < f["drill.rest_max_change"] < 1.2  # ... while the max barely moves
+    assert f["drill.alignment_damage_ratio"] > 1.3  # straddling a boundary damages two groups
+    rel = [f[f"drill.rel_err_w.{k}"] for k in expected]
+    assert rel == sorted(rel, reverse=True)
+
+
+def test_compare_npy_and_safetensors(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    np.save(tmp_path / "w.npy", w)
+    data = _json(run_cli("quant", "compare", str(tmp_path / "w.npy"), "-s", "int8:row,mxfp4", "-s", "nvfp4",
+                         "--json"))
+    f = data["findings"]
+    assert f["compare.w.mxfp4.bits_per_element"] == 4.25
+    assert f["compare.w.int8:row.sqnr_db"] > f["compare.w.nvfp4.sqnr_db"] > f["compare.w.mxfp4.sqnr_db"] - 3
+    bits = (w.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation
+    write_safetensors(tmp_path / "m.safetensors", {"layer.w": ("BF16", bits), "ids": ("I32", np.arange(4))})
+    out = tmp_path / "out"
+    data = _json(run_cli("quant", "compare", str(tmp_path / "m.safetensors"), "-s", "int4:g128", "--json",
+                         "--out", str(out)))
+    assert "compare.layer.w.int4:g128.rel_err" in data["findings"]
+    assert "Skipped integer tensors: ids" in data["sections"][0]["note"]
+    assert (out / "quant_compare.json").exists() and (out / "quant_compare_error_vs_bits.png").exists()
+
+
+@pytest.mark.parametrize(("make", "fragment"), [
+    (lambda p: p.write_text("hello"), "compare reads .npy or .safetensors"),
+    (lambda p: p.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{bad}"), "corrupt safetensors header"),
+    (lambda p: np.save(p, np.arange(5)), "needs a float array"),
+    (lambda p: np.save(p, np.array([1.0, np.nan], dtype=np.float32)), "NaN/inf"),
+])
+def test_compare_bad_input_exits_2(run_cli, tmp_path: Path, make, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    name = "x.txt" if "compare reads" in fragment else ("x.safetensors" if "corrupt" in fragment else "x.npy")
+    path = tmp_path / name
+    make(path)
+    out = tmp_path / "out"
+    result = run_cli("quant", "compare", str(path), "--out", str(out))
+    assert result.exit_code == 2
+    assert fragment in result.output
+    assert not out.exists()  # nothing partially written
+
+
+def test_compare_unknown_scheme_lists_close_matches(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    np.save(tmp_path / "w.npy", np.ones((4, 32), dtype=np.float32))
+    result = run_cli("quant", "compare", str(tmp_path / "w.npy"), "-s", "mxfp5")
+    assert result.exit_code == 2 and "did you mean" in result.output and "mxfp4" in result.output
+
+
+def test_bad_demo_option_exits_2(run_cli) -> None:  # type: ignore[no-untyped-def]
+    assert run_cli("quant", "demo", "--cols", "0").exit_code == 2
+
+
+@pytest.mark.parametrize("name", ["quant_demo", "quant_drill"])
+def test_registered_labs_run_quick(name: str) -> None:
+    lab = get_lab(name)
+    result = lab.run(**lab.quick)
+    assert result.findings and result.sections
+    json.dumps(result.to_dict(), allow_nan=False)

@@ -1,0 +1,109 @@
+"""Tagged safetensors files: round trips, interop with the safetensors library, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from precisionlab.quant import quantize
+from precisionlab.quant.safetensors_io import load_quantized, read_safetensors, save_quantized, write_safetensors
+
+SCHEMES = ["int4:g128:asym", "mxfp4", "nvfp4", "int8:row:outliers=2", "mxfp6_e3m2", "int8:g32:scale=bf16",
+           "e4m3:g32:scale=e4m3", "uint4:g64", "nf4:g64", "dsv3_weight", "mxint8:rceil"]
+
+
+@pytest.fixture
+def tensors() -> dict:
+    x = np.random.default_rng(0).standard_normal((64, 250)).astype(np.float32)
+    return {f"t{i}": quantize(x, s) for i, s in enumerate(SCHEMES)}
+
+
+def test_round_trip(tmp_path: Path, tensors: dict) -> None:
+    path = tmp_path / "q.safetensors"
+    save_quantized(path, tensors)
+    back = load_quantized(path)
+    assert set(back) == set(tensors)
+    for name, q in tensors.items():
+        b = back[name]
+        assert b.scheme == q.scheme and b.shape == q.shape and b.nbytes == q.nbytes
+        np.testing.assert_array_equal(b.codes, q.codes)
+        np.testing.assert_array_equal(b.dequantize(), q.dequantize())
+    assert not [p for p in tmp_path.iterdir() if p.name != "q.safetensors"]  # no temp files left
+
+
+def test_safetensors_library_reads_our_file(tmp_path: Path, tensors: dict) -> None:
+    safetensors = pytest.importorskip("safetensors")
+    path = tmp_path / "q.safetensors"
+    save_quantized(path, tensors)
+    with safetensors.safe_open(str(path), framework="numpy") as fh:
+        meta = fh.metadata()
+        assert meta["precisionlab.quant"] == "1"
+        record = json.loads(meta["t1"])
+        assert record["scheme"] == "mxfp4" and record["element"].startswith("e2m1 (finite")
+        np.testing.assert_array_equal(fh.get_tensor("t0.codes"), tensors["t0"].packed)
+
+
+def test_we_read_the_librarys_file(tmp_path: Path) -> None:
+    numpy_io = pytest.importorskip("safetensors.numpy")
+    data = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(4, dtype=np.float16)}
+    numpy_io.save_file(data, str(tmp_path / "lib.safetensors"), metadata={"k": "v"})
+    entries, meta = read_safetensors(tmp_path / "lib.safetensors")
+    assert meta == {"k": "v"}
+    np.testing.assert_array_equal(entries["a"].to_float32(), data["a"])
+    np.testing.assert_array_equal(entries["b"].to_float32(), data["b"])
+
+
+def test_untagged_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "plain.safetensors"
+    write_safetensors(path, {"w": ("F32", np.ones(3, dtype=np.float32))})
+    with pytest.raises(ValueError, match="not a precisionlab quantized file"):
+        load_quantized(path)
+
+
+def test_mismatched_tag_is_refused(tmp_path: Path, tensors: dict) -> None:
+    path = tmp_path / "q.safetensors"
+    save_quantized(path, {"w": tensors["t1"]})
+    entries, meta = read_safetensors(path)
+    record = json.loads(meta["w"])
+    record["element"] = "e2m1 (fnuz, max 6)"
+    meta["w"] = json.dumps(record)
+    raw = {name: (e.dtype, np.asarray(e.raw).reshape(e.shape)) for name, e in entries.items()}
+    write_safetensors(path, raw, meta)
+    with pytest.raises(ValueError, match="does not match its scheme"):
+        load_quantized(path)
+    record["element"] = "e2m1 (finite, max 6)"
+    record["scheme"] = "mxfp8"  # codes sized for fp4
+    meta["w"] = json.dumps(record)
+    write_safetensors(path, raw, meta)
+    with pytest.raises(ValueError, match="does not match|needs"):
+        load_quantized(path)
+
+
+@pytest.mark.parametrize("damage", ["short", "huge_header", "bad_json", "truncated", "overlap"])
+def test_corrupt_files_give_clear_errors(tmp_path: Path, tensors: dict, damage: str) -> None:
+    path = tmp_path / "q.safetensors"
+    save_quantized(path, {"w": tensors["t0"]})
+    blob = path.read_bytes()
+    (length,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + length])
+    if damage == "short":
+        blob = blob[:5]
+    elif damage == "huge_header":
+        blob = struct.pack("<Q", 10**12) + blob[8:]
+    elif damage == "bad_json":
+        blob = blob[:8] + b"#" + blob[9:]
+    elif damage == "truncated":
+        blob = blob[:-10]
+    else:
+        header["w.scales"]["data_offsets"] = [0, header["w.scales"]["data_offsets"][1] - header["w.scales"][
+            "data_offsets"][0]]
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        blob = struct.pack("<Q", len(text)) + text + blob[8 + length :]
+    path.write_bytes(blob)
+    with pytest.raises(ValueError, match="safetensors|outside|overlap|corrupt"):
+        load_quantized(path)
