@@ -79,7 +79,7 @@ def test_mismatched_tag_is_refused(tmp_path: Path, tensors: dict) -> None:
     record["scheme"] = "mxfp8"  # codes sized for fp4
     meta["w"] = json.dumps(record)
     write_safetensors(path, raw, meta)
-    with pytest.raises(ValueError, match="does not match|needs"):
+    with pytest.raises(ValueError, match=r"does not match|needs"):
         load_quantized(path)
 
 
@@ -105,5 +105,5 @@ def test_corrupt_files_give_clear_errors(tmp_path: Path, tensors: dict, damage: 
         text += b" " * (-len(text) % 8)
         blob = struct.pack("<Q", len(text)) + text + blob[8 + length :]
     path.write_bytes(blob)
-    with pytest.raises(ValueError, match="safetensors|outside|overlap|corrupt"):
+    with pytest.raises(ValueError, match=r"safetensors|outside|overlap|corrupt"):
         load_quantized(path)

@@ -192,7 +192,7 @@ def run(cols: int = 1024, ratio: float = 45.0, seed: int = 0, steps: int = 24, w
         summary=(f"Per-row scaling cuts the typical-row error {findings['demo.typical_row_error_ratio']:.0f}x "
                  f"(the outlier row's amax is {amax_ratio:.0f}x the others'); keeping that row in fp16 cuts the total "
                  f"error another {findings['demo.fp16_row_error_gain']:.1f}x for "
-                 f"{100 * float(findings['demo.fp16_row_memory_overhead']):.2f}% more bytes."),
+                 f"{100 * (fp16_row['bytes'] / per_row['bytes'] - 1.0):.2f}% more bytes."),
     )
 
 

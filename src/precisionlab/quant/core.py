@@ -173,13 +173,13 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
     s = parse_scheme(scheme)
     arr, dtype_name = as_array(x)
     cod = make_codec(s)
-    axis, moved, view_shape = canonical_view(arr.shape, s)
+    axis, _, view_shape = canonical_view(arr.shape, s)
     view = to_view(arr, axis, view_shape)
     work = np.float64 if arr.dtype == np.float64 else np.float32
     rows_fp16 = index = None
     if s.outliers:
         view, rows_fp16, index = _split_outliers(view, s.outliers, work)
-    lay = layout(view.shape, s)  # type: ignore[arg-type]
+    lay = layout((view.shape[0], view.shape[1], view.shape[2]), s)
     tasks = _tasks(lay, cod.bits)
 
     tensor_scale = None

@@ -33,7 +33,7 @@ def packed_nbytes(count: int, bits: int) -> int:
 def pack(codes: np.ndarray, bits: int) -> np.ndarray:
     """Pack uint8 codes (each < 2^bits) into bytes."""
     flat = np.ascontiguousarray(codes, dtype=np.uint8).reshape(-1)
-    per, nbytes = _per_group(bits)
+    per, _ = _per_group(bits)
     if per == 1:
         return flat.copy()
     tail = (-flat.size) % per
@@ -57,7 +57,7 @@ def pack(codes: np.ndarray, bits: int) -> np.ndarray:
 
 def unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     """The first `count` codes held in `packed` (uint8)."""
-    per, nbytes = _per_group(bits)
+    per, _ = _per_group(bits)
     data = np.asarray(packed, dtype=np.uint8).reshape(-1)
     need = packed_nbytes(count, bits)
     if data.size < need:

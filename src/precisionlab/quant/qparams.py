@@ -142,7 +142,7 @@ def nvfp4(amax: np.ndarray, tensor_scale: float, scheme: Scheme, codec: Codec) -
     ideal = np.where(bad | zero, 1.0, a) / (codec.max_value * tensor_scale)
     s = np.where(zero, 1.0, round_scale(ideal, "e4m3"))
     if scheme.minscale == "normal":
-        s = np.maximum(s, get_format("e4m3").min_normal)
+        s = np.maximum(s, 2.0 ** get_format("e4m3").emin)  # type: ignore[union-attr]
     s = _poison(s, bad, scheme)
     divisor = (s.astype(np.float32) * np.float32(tensor_scale)).astype(np.float32)
     return QParams(s.astype(np.float32), divisor, None, bad if bad.any() else None)

@@ -17,6 +17,7 @@ write leaves nothing behind.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -114,7 +115,7 @@ def _check_entries(p: Path, header: dict[str, Any], data_size: int) -> None:
             raise ValueError(f"{p}: tensor {name!r} has {end - begin} bytes for shape {shape} of {dtype}")
         spans.append((begin, end))
     spans.sort()
-    for (_, end), (begin, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (begin, _) in itertools.pairwise(spans):
         if begin < end:
             raise ValueError(f"{p}: corrupt safetensors file (tensors overlap)")
 
@@ -125,7 +126,7 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, Entry], dict[str, str]
     metadata = header.pop("__metadata__", {}) or {}
     entries: dict[str, Entry] = {}
     for name, info in header.items():
-        begin, end = info["data_offsets"]
+        begin = info["data_offsets"][0]
         raw_dtype, _ = DTYPES[info["dtype"]]
         count = math.prod(info["shape"])
         if count == 0:
