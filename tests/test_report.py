@@ -39,3 +39,18 @@ def test_csv_and_html() -> None:
     page = render_html([LabResult("lab", "Lab", sections=[table],
                                   figures=[Figure("f", "F", "x", "y", [Series("s", [1], [2])])])])
     assert "T &lt;x&gt;" in page and "a&amp;b" in page and "lab_f.png" in page
+
+
+def test_terminal_prints_brackets_literally() -> None:
+    import io
+
+    from rich.console import Console
+
+    from precisionlab.report.terminal import render
+
+    buffer = io.StringIO()
+    result = LabResult("lab", "Lab [x]", sections=[Table("t", "T", ["name", "v"], [["[bold]a[/bold]", 1.0]],
+                                                         note="see [1]")], findings={"k[0]": "[v]"})
+    render(result, Console(file=buffer, width=200))
+    text = buffer.getvalue()
+    assert "[bold]a[/bold]" in text and "see [1]" in text and "k[0]" in text and "Lab [x]" in text

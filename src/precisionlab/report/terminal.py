@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from precisionlab.labs.result import LabResult, Scalar, Table
@@ -29,14 +30,18 @@ def format_cell(value: Scalar, spec: str = "") -> str:
 
 
 def render_table(console: Console, table: Table) -> None:
-    rich_table = RichTable(title=table.title, title_justify="left", title_style="bold", header_style="bold cyan")
-    for column in table.columns:
-        rich_table.add_column(column, justify="left" if column in ("format", "name") else "right")
+    # Cells and notes are data, never rich markup: "[x]" in a cell must print as "[x]".
+    rich_table = RichTable(title=escape(table.title), title_justify="left", title_style="bold",
+                           header_style="bold cyan")
+    for index, column in enumerate(table.columns):
+        textual = any(isinstance(row[index], str) for row in table.rows)
+        rich_table.add_column(escape(column), justify="left" if textual else "right")
     for row in table.rows:
-        rich_table.add_row(*(format_cell(v, table.formats.get(c, "")) for c, v in zip(table.columns, row, strict=True)))
+        cells = (escape(format_cell(v, table.formats.get(c, ""))) for c, v in zip(table.columns, row, strict=True))
+        rich_table.add_row(*cells)
     console.print(rich_table)
     if table.note:
-        console.print(f"[dim]{table.note}[/dim]")
+        console.print(f"[dim]{escape(table.note)}[/dim]")
     console.print()
 
 
@@ -50,9 +55,9 @@ def make_console(stderr: bool = False) -> Console:
 
 def render(result: LabResult, console: Console | None = None, findings: bool = True) -> None:
     console = console or make_console()
-    console.rule(f"[bold]{result.title}")
+    console.rule(f"[bold]{escape(result.title)}")
     if result.summary:
-        console.print(result.summary)
+        console.print(escape(result.summary))
         console.print()
     for table in result.sections:
         render_table(console, table)
@@ -61,5 +66,5 @@ def render(result: LabResult, console: Console | None = None, findings: bool = T
         keys.add_column("key")
         keys.add_column("value", justify="right")
         for key, value in result.findings.items():
-            keys.add_row(key, format_cell(value))
+            keys.add_row(escape(key), escape(format_cell(value)))
         console.print(keys)
