@@ -15,13 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from precisionlab.formats import FloatFormat, Format, IntFormat, get_format, list_formats
-from precisionlab.hardware import Accelerator
+from precisionlab.hardware import Accelerator, get_accelerator
 
-# The fp8 encoding each accelerator's matrix cores implement. Source: seeds/000 and AMD's HIP
-# low-precision types reference: gfx940/941/942 (MI300X) implement the FNUZ variants and not
-# OCP fp8; Hopper, Ada and Blackwell implement OCP E4M3/E5M2.
-FP8_ENCODING: dict[str, tuple[str, str]] = {"mi300x": ("e4m3fnuz", "e5m2fnuz")}
-OCP_FP8 = ("e4m3", "e5m2")
+# Every fp8 encoding; an accelerator implements one pair (`Accelerator.fp8_formats`: OCP on
+# Hopper, Ada and Blackwell, FNUZ on MI300X).
+ALL_FP8 = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz")
 
 # The peak-rate key a format's matrix path is listed under in `hardware` presets.
 PEAK_KEY: dict[str, str] = {
@@ -52,7 +50,7 @@ ROLE_NOTES: dict[str, str] = {
 
 def fp8_formats_for(gpu_key: str) -> tuple[str, str]:
     """(E4M3, E5M2) as the target's hardware encodes them."""
-    return FP8_ENCODING.get(gpu_key, OCP_FP8)
+    return get_accelerator(gpu_key).fp8_formats
 
 
 def float_format(name: str) -> FloatFormat:
@@ -141,7 +139,7 @@ def candidates(accelerator: Accelerator, gpu_key: str, role: str, range_decades:
     if not rel_error > 0 or not range_decades >= 0:
         raise ValueError("precision needed must be a positive relative error and range a non-negative "
                          f"number of decades, got {rel_error} and {range_decades}")
-    wrong_fp8 = set(OCP_FP8 + FP8_ENCODING["mi300x"]) - set(fp8_formats_for(gpu_key))
+    wrong_fp8 = set(ALL_FP8) - set(accelerator.fp8_formats)
     found = []
     for name in CANDIDATES:
         fmt = get_format(name)
@@ -164,6 +162,18 @@ def candidates(accelerator: Accelerator, gpu_key: str, role: str, range_decades:
 
 
 __all__ = [
-    "BOUNDS", "CANDIDATES", "COMPUTE_ONLY", "FP8_ENCODING", "OCP_FP8", "PEAK_KEY", "ROLES", "ROLE_NOTES", "Candidate",
-    "candidates", "decades_at", "float_format", "fp8_formats_for", "template_fields", "unit_roundoff",
+    "ALL_FP8",
+    "BOUNDS",
+    "CANDIDATES",
+    "COMPUTE_ONLY",
+    "PEAK_KEY",
+    "ROLES",
+    "ROLE_NOTES",
+    "Candidate",
+    "candidates",
+    "decades_at",
+    "float_format",
+    "fp8_formats_for",
+    "template_fields",
+    "unit_roundoff",
 ]

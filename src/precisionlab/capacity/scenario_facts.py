@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab.capacity.format_choice import (
-    FP8_ENCODING,
-    OCP_FP8,
+    ALL_FP8,
     ROLE_NOTES,
     candidates,
     decades_at,
@@ -223,7 +222,7 @@ def custom_facts(inp: Inputs) -> dict[str, Any]:
     notes = [ROLE_NOTES[inp.role].format_map(template_fields())]
     if scaled:
         notes.append("needs a scale per tensor or block (range is relative to it)")
-    if best.name in OCP_FP8 + FP8_ENCODING["mi300x"] or inp.role == "checkpoint":
+    if best.name in ALL_FP8 or inp.role == "checkpoint":
         notes.append("tag the file with its exact encoding (OCP e4m3 and FNUZ e4m3 differ by a factor of two)")
     return {
         "format": best.name, "role": inp.role, "bound": inp.bound, "need_decades": inp.range_decades,

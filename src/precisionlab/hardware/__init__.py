@@ -20,6 +20,9 @@ class Accelerator:
     bandwidth_gbs: float
     peak_tflops: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    fp8_formats: tuple[str, str] = ("e4m3", "e5m2")
+    """The (E4M3, E5M2) encodings its matrix units implement: OCP on NVIDIA Hopper, Ada and
+    Blackwell; FNUZ on AMD gfx940/941/942 (MI300X), per AMD's HIP low-precision types reference."""
 
     @property
     def memory_bytes(self) -> float:
@@ -80,7 +83,8 @@ PRESETS: dict[str, Accelerator] = {
     # 2614.9 fp8 and int8, 653.7 tf32, 163.4 fp32 and fp64 (matrix).
     "mi300x": Accelerator("MI300X 192GB", 192, 5300,
                           {"fp64": 163.4, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4,
-                           "fp8": 2614.9, "int8": 2614.9}, "AMD Instinct MI300X datasheet; CDNA 3 white paper"),
+                           "fp8": 2614.9, "int8": 2614.9}, "AMD Instinct MI300X datasheet; CDNA 3 white paper",
+                          fp8_formats=("e4m3fnuz", "e5m2fnuz")),
     # NVIDIA A100 80GB SXM: 2.039 TB/s HBM2e; 312 bf16/fp16, 156 tf32, 19.5 fp32 (vector), 624 int8
     # (the seed's A100 table, from the Ampere architecture whitepaper).
     "a100": Accelerator("A100 SXM 80GB", 80, 2039,
