@@ -146,3 +146,36 @@ def test_bf16_kernels_on_gpu() -> None:
     assert _rel(matmul_dot(ta, tb).cpu(), ref) < 256 * 2.0**-24
     np.testing.assert_array_equal(matmul_fma(ta, tb).double().cpu().numpy(),
                                   emulated_matmul(a, b, Variant("bf16", "bf16")))
+
+
+def test_gpu_lab_code_path_runs_under_the_interpreter(k: SimpleNamespace) -> None:
+    """Every row of the GPU backend (and benchmarks/gpu_lab.py), at toy sizes on the CPU: catches launch
+    and shape errors before a GPU is available (times are meaningless here; bf16 rows are not checked)."""
+    importlib.reload(importlib.import_module("precisionlab.gemm.kernels.bench"))
+    from precisionlab.labs.gemm import run_gpu
+
+    result = run_gpu(128, device="cpu", fma_size=32, gemv_n=64, axpy_n=1024, acc_k=256, acc_outputs=16)
+    table = result.section("gpu")
+    status = dict(zip(table.column("kernel"), table.column("status"), strict=True))
+    ms = dict(zip(table.column("kernel"), table.column("ms"), strict=True))
+    for name in ("triton_dot_tf32", "triton_dot_fp16", "triton_dot_fp16_acc16", "triton_dot_e4m3_tensor",
+                 "triton_e4m3_block", "torch_fp32", "torch_bf16", "triton_fma_fp32", "triton_fma_fp16",
+                 "torch_gemv_fp16", "triton_axpy_fp32", "torch_axpy_fp16"):
+        assert isinstance(ms[name], float) and ms[name] > 0, name
+    for name in ("triton_dot_fp16", "triton_dot_e4m3_tensor", "triton_e4m3_block", "triton_fma_fp16",
+                 "triton_axpy_fp32", "triton_axpy_fp16"):
+        assert status[name] == "PASS", name
+    f = result.findings
+    assert f["machine.copy_gbps"] > 0 and f["gemm.fp8_promotion_error_gain"] > 0
+    assert f["gpu.torch_bf16.fraction_of_ceiling"] == pytest.approx(1.0)
+    assert len(result.section("fp8_accumulation").rows) == 5
+
+
+def test_axpy_gpu_backend_code_path_under_the_interpreter(k: SimpleNamespace) -> None:
+    importlib.reload(importlib.import_module("precisionlab.gemm.kernels.bench"))
+    from precisionlab.labs.axpy import run_gpu
+
+    result = run_gpu(2048, device="cpu")
+    paths = result.section("axpy").column("path")
+    assert len(paths) == 3 and all(p.endswith(("fp32", "fp16", "bf16")) for p in paths)
+    assert result.findings["axpy.fp16_speedup"] > 0

@@ -21,7 +21,7 @@ def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> L
     if n <= 0:
         raise ValueError(f"n must be a positive integer, got {n}")
     if backend == "gpu":
-        return _run_gpu(n)
+        return run_gpu(n)
     if backend != "cpu":
         raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
     copy = copy_bandwidth(n, time_budget)
@@ -70,17 +70,19 @@ def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict
     )
 
 
-def _run_gpu(n: int) -> LabResult:
+def run_gpu(n: int, device: str = "cuda") -> LabResult:
+    """Triton and torch axpy on the CUDA device, the faster of the two per precision
+    (device='cpu' exists only for the smoke test under TRITON_INTERPRET=1)."""
     from precisionlab.labs.gemm import load_gpu_bench
 
-    bench = load_gpu_bench()
-    rows, copy_gbps = bench.axpy_rows(n)
+    bench = load_gpu_bench(device)
+    rows, copy_gbps = bench.axpy_rows(n, device)
     best: dict[str, Timing] = {}
     for r in rows:
         timing = Timing(r.name, r.kind, r.precision, r.ms / 1e3, 2.0 * n, r.bytes, str(n))
         if r.precision not in best or timing.seconds < best[r.precision].seconds:
             best[r.precision] = timing
-    return assemble([best[p] for p in PRECISIONS], copy_gbps, "GPU", {"n": n, "backend": "gpu"})
+    return assemble([best[p] for p in PRECISIONS], copy_gbps, device.upper(), {"n": n, "backend": "gpu"})
 
 
 LAB = Lab(name="axpy", title="Bandwidth: axpy", run=run, order=31, quick={"n": 1 << 16, "time_budget": 0.01})

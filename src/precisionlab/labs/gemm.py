@@ -300,20 +300,25 @@ def roofline_figure(hardware: list[Timing], measured: Ceilings, datasheet: Ceili
     )
 
 
-def load_gpu_bench() -> ModuleType:
+def load_gpu_bench(device: str = "cuda") -> ModuleType:
     """precisionlab.gemm.kernels.bench, or a one-line error when torch/triton/CUDA are missing."""
     try:
         from precisionlab.gemm.kernels import bench
     except ImportError as exc:
         raise ValueError(f"the GPU backend needs torch and triton ({exc})") from None
-    bench.require_cuda()
+    if device == "cuda":
+        bench.require_cuda()
     return bench
 
 
-def run_gpu(size: int, seed: int = 0) -> LabResult:
-    """GPU backend: every Triton kernel and library path, timed and checked on the CUDA device."""
-    bench = load_gpu_bench()
-    report = bench.run_all(size=size, fma_size=min(size, 4096), seed=seed)
+def run_gpu(size: int, seed: int = 0, device: str = "cuda", **sizes: int) -> LabResult:
+    """GPU backend: every Triton kernel and library path, timed and checked on the CUDA device.
+
+    sizes: optional fma_size, gemv_n, axpy_n, acc_k, acc_outputs for bench.run_all; device='cpu'
+    exists only for the smoke test under TRITON_INTERPRET=1."""
+    bench = load_gpu_bench(device)
+    options = {"fma_size": min(size, 4096), **sizes}
+    report = bench.run_all(size=size, seed=seed, device=device, **options)
     findings: dict[str, Scalar] = {"machine.copy_gbps": report.copy_gbps}
     rows: list[list[Scalar]] = []
     for r in report.rows:
@@ -331,8 +336,7 @@ def run_gpu(size: int, seed: int = 0) -> LabResult:
     findings["gemm.bf16_over_fp16_error_ratio"] = err["triton_dot_bf16"] / err["triton_dot_fp16"]
     findings["gemm.fp16_acc_error_ratio"] = err["triton_dot_fp16_acc16"] / err["triton_dot_fp16"]
     acc = dict(report.accumulation)
-    findings["gemm.fp8_promotion_error_gain"] = (acc["triton max_num_imprecise_acc=K"]
-                                                 / acc["triton max_num_imprecise_acc=128"])
+    findings["gemm.fp8_promotion_error_gain"] = acc[bench.NO_PROMOTION] / acc[bench.PROMOTED]
     table = Table(
         key="gpu", title=f"GPU kernels on {report.device} (hardware)",
         columns=["kernel", "kind", "math", "shape", "ms", "TFLOP/s", "GB/s", "max rel err", "tolerance", "status",

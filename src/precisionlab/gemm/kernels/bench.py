@@ -10,6 +10,8 @@ per precision. Nothing here runs without CUDA: `require_cuda()` raises a one-lin
 from __future__ import annotations
 
 import functools
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +36,22 @@ def require_cuda() -> None:
         raise ValueError("no CUDA device: the GPU backend needs one (use --backend cpu)")
 
 
-def median_ms(fn: Callable[[], Any]) -> float:
-    """Median milliseconds per call (triton.testing.do_bench: warm-up, cache flush, repeats)."""
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+def median_ms(fn: Callable[[], Any], device: str = "cuda") -> float:
+    """Median milliseconds per call: triton.testing.do_bench (warm-up, cache flush, repeats) on CUDA;
+    elsewhere (the interpreter smoke test) a wall-clock median of a few calls."""
+    if device == "cuda":
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    samples = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 @dataclass
@@ -94,10 +109,10 @@ class BenchReport:
         return row.tflops / roof if roof else None
 
 
-def _inputs(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    a = 1.0 - torch.rand((m, k), generator=gen, device="cuda")
-    b = 1.0 - torch.rand((k, n), generator=gen, device="cuda")
+def _inputs(m: int, n: int, k: int, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = 1.0 - torch.rand((m, k), generator=gen, device=device)
+    b = 1.0 - torch.rand((k, n), generator=gen, device=device)
     return a, b
 
 
@@ -120,12 +135,12 @@ def _block_scaled(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor
     return (x / grown).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
 
 
-def gemm_rows(size: int, fma_size: int, seed: int = 0) -> list[GpuRow]:
+def gemm_rows(size: int, fma_size: int, seed: int = 0, device: str = "cuda") -> list[GpuRow]:
     """Square GEMM rows (size³), the fp32-FMA kernel at fma_size³ (it is slow by design)."""
-    if size % SCALE_BLOCK or fma_size % SCALE_BLOCK:
-        raise ValueError(f"GPU sizes must be multiples of {SCALE_BLOCK}")
+    if size % SCALE_BLOCK or fma_size <= 0:
+        raise ValueError(f"the GEMM size must be a multiple of {SCALE_BLOCK}, got {size}")
     rows: list[GpuRow] = []
-    a, b = _inputs(size, size, size, seed)
+    a, b = _inputs(size, size, size, seed, device)
     ref = a.double() @ b.double()
     flops = 2.0 * size**3
     shape = f"{size}x{size}x{size}"
@@ -133,9 +148,9 @@ def gemm_rows(size: int, fma_size: int, seed: int = 0) -> list[GpuRow]:
     def add(name: str, kind: str, precision: str, storage: str, fn: Callable[[], torch.Tensor], width: float,
             expected_to_fail: bool = False) -> None:
         c = fn()
-        torch.cuda.synchronize()
+        _sync(device)
         moved = (2 * size * size) * width + size * size * 4
-        rows.append(GpuRow(name, kind, precision, shape, median_ms(fn), flops, moved, _max_rel(c, ref),
+        rows.append(GpuRow(name, kind, precision, shape, median_ms(fn, device), flops, moved, _max_rel(c, ref),
                            tolerance(Variant(name, storage), size), expected_to_fail))
 
     a16, b16 = a.half(), b.half()
@@ -167,92 +182,113 @@ def gemm_rows(size: int, fma_size: int, seed: int = 0) -> list[GpuRow]:
 
     try:
         add("torch_scaled_mm_e4m3", "torch", "fp8", "e4m3", scaled_mm, 1)
-    except (RuntimeError, TypeError) as exc:
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
         rows.append(GpuRow("torch_scaled_mm_e4m3", "torch", "fp8", shape, float("nan"), flops, 0.0,
                            note=f"unavailable: {str(exc).splitlines()[0][:80]}"))
-    fa, fb = _inputs(fma_size, fma_size, fma_size, seed)
+    fa, fb = _inputs(fma_size, fma_size, fma_size, seed, device)
     fref = fa.double() @ fb.double()
     fshape = f"{fma_size}x{fma_size}x{fma_size}"
     pairs = {"fp32": (fa, fb), "fp16": (fa.half(), fb.half()), "bf16": (fa.bfloat16(), fb.bfloat16())}
     for storage, (x, y) in pairs.items():
         c = matmul_fma(x, y)
-        torch.cuda.synchronize()
+        _sync(device)
         width = x.element_size()
         rows.append(GpuRow(f"triton_fma_{storage}", "triton", "fp32", fshape,
-                           median_ms(functools.partial(matmul_fma, x, y)), 2.0 * fma_size**3,
+                           median_ms(functools.partial(matmul_fma, x, y), device), 2.0 * fma_size**3,
                            2 * fma_size * fma_size * width + fma_size * fma_size * 4, _max_rel(c, fref),
                            tolerance(Variant(storage, storage), fma_size), note="fp32 FMAs, no tensor cores"))
     return rows
 
 
-def gemv_rows(n: int, seed: int = 0) -> list[GpuRow]:
+def gemv_rows(n: int, seed: int = 0, device: str = "cuda") -> list[GpuRow]:
     """Decode-like GEMV (M = 1): memory-bound, where storage width sets the time."""
-    a, b = _inputs(1, n, n, seed)
+    a, b = _inputs(1, n, n, seed, device)
     ref = a.double() @ b.double()
     rows = []
     for storage, dtype in {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.items():
         x, y = a.to(dtype), b.to(dtype)
         c = (x @ y).float()
         rows.append(GpuRow(f"torch_gemv_{storage}", "torch", storage, f"1x{n}x{n}",
-                           median_ms(functools.partial(torch.matmul, x, y)), 2.0 * n * n,
+                           median_ms(functools.partial(torch.matmul, x, y), device), 2.0 * n * n,
                            (n + n * n) * x.element_size() + 4 * n, _max_rel(c, ref),
                            tolerance(Variant(storage, storage), n)))
     return rows
 
 
-def axpy_rows(n: int = 1 << 24) -> tuple[list[GpuRow], float]:
+def axpy_rows(n: int = 1 << 24, device: str = "cuda") -> tuple[list[GpuRow], float]:
     """Triton and torch axpy in fp32/fp16/bf16, plus the copy bandwidth (torch copy_, fp32)."""
-    src = torch.rand(n, device="cuda")
+    src = torch.rand(n, device=device)
     dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src)) / 1e6
+    copy_gbps = 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src), device) / 1e6
     rows = []
     for name, dtype in {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.items():
-        x = (1.0 - torch.rand(n, device="cuda")).to(dtype)
-        y = (1.0 - torch.rand(n, device="cuda")).to(dtype)
+        x = (1.0 - torch.rand(n, device=device)).to(dtype)
+        y = (1.0 - torch.rand(n, device=device)).to(dtype)
         expect = (AXPY_ALPHA * x.float() + y.float()).to(dtype)
         axpy(AXPY_ALPHA, x, y)
         err = float((y.float() - expect.float()).abs().max())
         moved = 3.0 * n * x.element_size()
-        ms = median_ms(functools.partial(axpy, AXPY_ALPHA, x, y))
+        ms = median_ms(functools.partial(axpy, AXPY_ALPHA, x, y), device)
         rows.append(GpuRow(f"triton_axpy_{name}", "triton", name, str(n), ms, 0.0, moved, err, 0.0))
         rows.append(GpuRow(f"torch_axpy_{name}", "torch", name, str(n),
-                           median_ms(functools.partial(y.add_, x, alpha=AXPY_ALPHA)), 0.0, moved))
+                           median_ms(functools.partial(y.add_, x, alpha=AXPY_ALPHA), device), 0.0, moved))
     return rows, copy_gbps
 
 
-def accumulation_study(k: int = 4096, outputs: int = 64, seed: int = 0, acc_bits: int = 14) -> list[tuple[str, float]]:
-    """fp8 dot with max_num_imprecise_acc = K (never promote) and = 128, against the CPU emulation of a
-    narrow (acc_bits, truncating) accumulator without and with promotion, on the same inputs."""
-    a, b = _inputs(outputs, outputs, k, seed)
+NO_PROMOTION = "triton: one accumulator over all K (max_num_imprecise_acc=128)"
+PROMOTED = "triton: fp32 promotion every 128"
+
+
+def accumulation_study(k: int = 4096, outputs: int = 64, seed: int = 0, acc_bits: int = 14,
+                       device: str = "cuda") -> list[tuple[str, float]]:
+    """fp8 dots on the device against the CPU emulation of a narrow (acc_bits, truncating) accumulator.
+
+    Device rows: tl.dot chained over K with max_num_imprecise_acc = BLOCK_K = 128 (the tensor core's own
+    accumulator carries all of K), Triton's default, and the block kernel with uniform scales (a fresh
+    partial per 128 of K, promoted into fp32). Same inputs for all; max relative error each.
+    """
+    if k % SCALE_BLOCK:
+        raise ValueError(f"K must be a multiple of {SCALE_BLOCK}, got {k}")
+    a, b = _inputs(outputs, outputs, k, seed, device)
     ref = a.double() @ b.double()
     a8, sa = _tensor_scaled(a)
     b8, sb = _tensor_scaled(b)
     scale = (sa * sb).float()
+    tile = min(64, outputs)
     out = []
-    for label, imprecise in (("triton max_num_imprecise_acc=K", k), ("triton max_num_imprecise_acc=128", 128),
-                             ("triton default", None)):
-        c = matmul_dot(a8, b8, scale=scale, max_num_imprecise_acc=imprecise, block_m=64, block_n=64, block_k=128)
+    for label, imprecise in ((NO_PROMOTION, SCALE_BLOCK), ("triton: default max_num_imprecise_acc", None)):
+        c = matmul_dot(a8, b8, scale=scale, max_num_imprecise_acc=imprecise, block_m=tile, block_n=tile,
+                       block_k=SCALE_BLOCK)
         out.append((label, _max_rel(c, ref)))
+    blocks = k // SCALE_BLOCK
+    a_scales = sa.reshape(1, 1).expand(outputs, blocks).contiguous()
+    b_scales = sb.reshape(1, 1).expand(blocks, triton.cdiv(outputs, SCALE_BLOCK)).contiguous()
+    c = matmul_fp8_blockscaled(a8, a_scales, b8, b_scales, max_num_imprecise_acc=SCALE_BLOCK, block_m=tile,
+                               block_n=tile)
+    out.append((PROMOTED, _max_rel(c, ref)))
     a_np, b_np = a.cpu().numpy(), b.cpu().numpy()
+    ref_np = ref.cpu().numpy()
     narrow = narrow_accumulator(acc_bits)
-    for label, promote in (("emulated, no promotion", None), (f"emulated, promotion every {PROMOTE_EVERY}",
-                                                               PROMOTE_EVERY)):
+    for label, promote in ((f"emulated {acc_bits}-bit, no promotion", None),
+                           (f"emulated {acc_bits}-bit, promotion every {PROMOTE_EVERY}", PROMOTE_EVERY)):
         variant = Variant("acc", "e4m3", accumulator=narrow, scaling="tensor", promote_every=promote,
                           acc_rounding="toward_zero")
         c_np = accumulate(store(a_np, b_np, variant), variant)[k]
-        err = float(np.max(np.abs(c_np - ref.cpu().numpy()) / np.abs(ref.cpu().numpy())))
-        out.append((label, err))
+        out.append((label, float(np.max(np.abs(c_np - ref_np) / np.abs(ref_np)))))
     return out
 
 
-def run_all(size: int = 8192, fma_size: int = 4096, gemv_n: int = 8192, axpy_n: int = 1 << 24,
-            seed: int = 0) -> BenchReport:
-    """Every GPU row, the copy-bandwidth ceiling and the fp8 accumulation comparison."""
-    require_cuda()
-    report = BenchReport(torch.cuda.get_device_name())
-    report.rows += gemm_rows(size, fma_size, seed)
-    report.rows += gemv_rows(gemv_n, seed)
-    axpy_list, report.copy_gbps = axpy_rows(axpy_n)
+def run_all(size: int = 8192, fma_size: int = 4096, gemv_n: int = 8192, axpy_n: int = 1 << 24, seed: int = 0,
+            acc_k: int = 4096, acc_outputs: int = 64, device: str = "cuda") -> BenchReport:
+    """Every GPU row, the copy-bandwidth ceiling and the fp8 accumulation comparison.
+
+    device: 'cuda' for measurements; 'cpu' only for the smoke test under TRITON_INTERPRET=1."""
+    if device == "cuda":
+        require_cuda()
+    report = BenchReport(torch.cuda.get_device_name() if device == "cuda" else device)
+    report.rows += gemm_rows(size, fma_size, seed, device)
+    report.rows += gemv_rows(gemv_n, seed, device)
+    axpy_list, report.copy_gbps = axpy_rows(axpy_n, device)
     report.rows += axpy_list
-    report.accumulation = accumulation_study(seed=seed)
+    report.accumulation = accumulation_study(acc_k, acc_outputs, seed, device=device)
     return report
