@@ -64,3 +64,9 @@ def test_gpu_backend_without_cuda(run_cli) -> None:  # type: ignore[no-untyped-d
         pytest.skip("a CUDA device is present")
     res = run_cli("axpy", "--backend", "gpu", "--n", "1024")
     assert res.exit_code == 2 and "no CUDA device" in res.output
+
+
+def test_cli_writes_png(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    res = run_cli("axpy", "--n", "4096", "--time-budget", "0.01", "--out", str(tmp_path / "o"))
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "o" / "axpy_axpy_bandwidth.png").exists()

@@ -56,9 +56,10 @@ def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict
                  "fraction of copy": ".2f"},
     )
     figure = Figure(
-        key="axpy_bandwidth", title="axpy bandwidth against the measured copy ceiling", xlabel="precision",
-        ylabel="GB/s", series=[Series("axpy GB/s", [t.precision for t in timings],  # type: ignore[misc]
-                                      [t.gbps for t in timings], kind="bar")],
+        key="axpy_bandwidth", title="axpy bandwidth against the measured copy ceiling",
+        xlabel="bytes moved per element (3·w)", ylabel="GB/s",
+        series=[Series(t.precision, [ELEMENT_BYTES[t.precision] * BYTES_PER_ELEMENT_MOVED], [t.gbps], kind="scatter")
+                for t in timings],
         hlines=[(copy_gbps, f"copy {copy_gbps:.3g} GB/s")],
     )
     fp16 = findings.get("axpy.fp16_speedup")
