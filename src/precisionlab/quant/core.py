@@ -113,9 +113,27 @@ def _blocked(chunk: np.ndarray, lay: Layout) -> np.ndarray:
 # --------------------------------------------------------------------------- statistics
 def _stats(blocks: np.ndarray, signed: bool) -> tuple[np.ndarray, np.ndarray]:
     """(amax, unused) for symmetric schemes, (min, max) for asymmetric ones, per block."""
+    if blocks.shape[1] == 1:  # one row per block: reduce the contiguous last axis only
+        grid = (blocks.shape[0], blocks.shape[2])
+        flat = blocks.reshape(-1, blocks.shape[3])
+        if signed:
+            return _reduce_groups(np.abs(flat), np.maximum).reshape(grid), np.empty(0)
+        return (_reduce_groups(flat, np.minimum).reshape(grid), _reduce_groups(flat, np.maximum).reshape(grid))
     if signed:
         return np.abs(blocks).max(axis=(1, 3)), np.empty(0)
     return blocks.min(axis=(1, 3)), blocks.max(axis=(1, 3))
+
+
+def _reduce_groups(a: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """op-reduce each row of a (n, g) array; small power-of-two g by halving (faster than a
+    strided ufunc.reduce over short rows; NaN propagates either way)."""
+    g = a.shape[1]
+    if g > 64 or g & (g - 1):
+        return op.reduce(a, axis=1)
+    while a.shape[1] > 1:
+        half = a.shape[1] // 2
+        a = op(a[:, :half], a[:, half:])
+    return a[:, 0]
 
 
 def _whole_stats(view: np.ndarray, lay: Layout, tasks: list[Task], dtype: type[np.floating],
@@ -286,9 +304,9 @@ def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
         offset = (b * lay.padded[1] + r0) * np_ // _per_group(cod.bits) * per_bytes
         raw = q.packed[offset : offset + packed_nbytes(count, cod.bits)]
         if pairs is not None and count % 2 == 0:
-            vals = pairs[raw].reshape(r1 - r0, np_)
+            vals = np.take(pairs, raw).view(np.float32).reshape(r1 - r0, np_)
         else:
-            vals = values[unpack(raw, cod.bits, count)].reshape(r1 - r0, np_)
+            vals = np.take(values, unpack(raw, cod.bits, count)).reshape(r1 - r0, np_)
         rows = r1 - r0
         if lay.whole_rows:
             sel = divisor[b, 0:1][:, None, :, None], (None if q.zero_points is None else q.zero_points[b, 0:1])
@@ -303,8 +321,10 @@ def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
             blocks = vals.reshape(rows, 1, np_ // lay.block[1], lay.block[1])
         if zero is not None:
             blocks = blocks - zero[:, None, :, None]
-        blocks = blocks * mult
-        out[b, r0:r1, :] = blocks.reshape(rows, np_)[:, :n]
+        if np_ == n:
+            np.multiply(blocks, mult, out=out[b, r0:r1, :].reshape(blocks.shape))
+        else:
+            out[b, r0:r1, :] = (blocks * mult).reshape(rows, np_)[:, :n]
 
     _run(tasks, one, lay.n_stored)
     if q.outlier_index is not None and q.outlier_rows is not None:

@@ -74,7 +74,7 @@ class Codec:
         if isinstance(fmt, CodebookFormat):
             return fmt.encode(v)
         if v.dtype == np.float32:
-            return _code_table(fmt)[table_index(v.reshape(-1).view(np.uint32))].reshape(v.shape)
+            return np.take(_code_table(fmt), table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
         return np.asarray(encode(np.ascontiguousarray(v), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
 
     def encode_affine(self, v: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
@@ -121,10 +121,14 @@ def _code_table(fmt: FloatFormat) -> np.ndarray:
 
 @lru_cache(maxsize=32)
 def pair_table(fmt: ElementFormat) -> np.ndarray:
-    """For 4-bit elements: byte -> (value of low nibble, value of high nibble), float32 (256, 2)."""
+    """For 4-bit elements: byte -> its two values (low nibble first) as one uint64 holding two float32s.
+
+    One gather per byte then decodes two elements: `np.take(table, packed).view(np.float32)`.
+    """
     values = _values(fmt)
     byte = np.arange(256)
-    table = np.stack([values[byte & 0xF], values[byte >> 4]], axis=1).astype(np.float32)
+    pairs = np.ascontiguousarray(np.stack([values[byte & 0xF], values[byte >> 4]], axis=1).astype(np.float32))
+    table = pairs.view(np.uint64).reshape(256)
     table.flags.writeable = False
     return table
 
