@@ -79,6 +79,10 @@ def test_cli_json_and_png(run_cli, tmp_path) -> None:  # type: ignore[no-untyped
     assert (out / "gemm_roofline.png").exists()
     ceilings = next(s for s in data["sections"] if s["key"] == "ceilings")
     assert any(row[0].startswith("H200") for row in ceilings["rows"])
+    # H200 ridge for bf16 = 989.5e3 / 4800 ≈ 206 FLOP/B: a T=32 tile (intensity < 16) and a GEMV are memory-bound
+    assert data["findings"]["roofline.datasheet.fp16.bound"] == "memory"
+    assert data["findings"]["roofline.datasheet.gemv_fp16.bound"] == "memory"
+    assert data["findings"]["roofline.datasheet.fp16.attainable_tflops"] < 16 * 4800 / 1e3
 
 
 @pytest.mark.parametrize("args", [("--size", "0"), ("--size", "100"), ("--gemv-size", "-4"), ("--tile", "0"),
@@ -107,3 +111,11 @@ def test_importing_the_gemm_code_imports_no_torch_or_triton() -> None:
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_big_tiles_cross_the_fp32_ridge_of_a_datasheet() -> None:
+    """H200: fp32 ridge = 67e3 / 4800 ≈ 14 FLOP/B. A T=128 fp32 tile reads at T/4 = 32 FLOP/B: compute-bound."""
+    options = {**QUICK, "size": 128, "tile": 128, "gemv_size": 128}
+    result = run(**options, accelerator="h200")
+    assert result.findings["roofline.datasheet.fp32.bound"] == "compute"
+    assert result.findings["roofline.datasheet.gemv_fp32.bound"] == "memory"
