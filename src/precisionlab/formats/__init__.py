@@ -1,5 +1,6 @@
 """Number-format data model: descriptors, derived limits, and the registry."""
 
+from precisionlab.formats.codebook import NF4, CodebookFormat
 from precisionlab.formats.float_format import Encoding, FloatFormat, Overflow
 from precisionlab.formats.int_format import IntFormat
 from precisionlab.formats.registry import (
@@ -15,6 +16,8 @@ from precisionlab.formats.registry import (
 __all__ = [
     "FLOAT_FORMATS",
     "INT_FORMATS",
+    "NF4",
+    "CodebookFormat",
     "Encoding",
     "FloatFormat",
     "Format",
