@@ -183,3 +183,41 @@ def test_bad_options_give_one_line_and_exit_2(run_cli, args: list[str], message:
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
+
+
+def tree_sum_fp32(values: np.ndarray) -> np.float32:
+    """Adjacent pairs added in numpy float32, level by level, an odd last element carried up."""
+    level = list(values)
+    while len(level) > 1:
+        carried = [level[-1]] if len(level) % 2 else []
+        level = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)] + carried
+    return np.float32(level[0])
+
+
+def test_drift_rows_against_exact_arithmetic_and_an_independent_welford() -> None:
+    n = 30_000
+    result = LAB.run(min_log2_n=4, max_log2_n=5, order_n=4096, variance_n=1000, drift_n=n, stall_count=10)
+    f = result.findings
+    values = (1e6 + np.random.default_rng(2).uniform(-1.0, 1.0, n)).astype(np.float32)
+    xs = [Fraction(float(v)) for v in values]
+    mean = sum(xs) / n
+    exact = sum((x - mean) ** 2 for x in xs) / n
+    # two-pass: m = fl32(tree sum / n); x - m is exact (Sterbenz), (x - m)² = k²/256 exact, and their sum
+    # (< 2^24 / 256) is exact in fp32: the result is fl32(Σ(x - m)²/n) = fl32(var + (mean - m)²)
+    m = Fraction(float(tree_sum_fp32(values) / np.float32(n)))
+    two_pass = float(np.float32(float(sum((x - m) ** 2 for x in xs) / n)))
+    assert f["variance.drift_two_pass_rel_error"] == pytest.approx(float(abs(Fraction(two_pass) - exact) / exact))
+    m32, m2 = np.float32(0), np.float32(0)
+    for k, v in enumerate(values, start=1):  # Welford, written out again with numpy float32 scalars
+        delta = v - m32
+        m32 = m32 + delta / np.float32(k)
+        m2 = m2 + delta * (v - m32)
+    welford = float(m2 / np.float32(n))
+    assert f["variance.drift_welford_rel_error"] == pytest.approx(float(abs(Fraction(welford) - exact) / exact))
+
+
+def test_runs_inside_the_combined_report(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("run", "--quick", "--only", "limits", "--out", str(tmp_path / "report"))
+    assert result.exit_code == 0, result.output
+    payload = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert payload["labs"][0]["findings"]["stall_sum.fp16"] == 32.0

@@ -49,8 +49,8 @@ def parse_formats(text: str | None) -> list[str] | None:
 @click.option("--quick", is_flag=True, help="Small sizes (seconds), as the tests and `run --quick` use.")
 @lab_output_options
 def COMMAND(value_text: str, formats_text: str | None, min_log2_n: int | None, max_log2_n: int | None,
-            order_n: int | None, variance_n: int | None, drift_n: int | None, stall_count: int | None, seed: int, quick: bool,
-            as_json: bool, out_dir: Path | None) -> None:
+            order_n: int | None, variance_n: int | None, drift_n: int | None, stall_count: int | None,
+            seed: int, quick: bool, as_json: bool, out_dir: Path | None) -> None:
     """Numerics hazards: exp overflow, lost updates, accumulation, summation order,
     cancellation and the two E4M3s, each measured and shown beside its fix."""
     options: dict[str, object] = dict(limits.LAB.quick) if quick else {}

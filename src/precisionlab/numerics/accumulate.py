@@ -12,6 +12,9 @@ the sum runs as numpy's own sequential `add.accumulate` in that dtype: IEEE addi
 float32/float64, and for float16 a float32 addition rounded to half, which is correctly
 rounded because float32 has at least 2p + 2 bits for p = 11.
 
+A lane whose sum overflows follows the format's policy (inf, then NaN once inf - inf
+appears in Kahan's compensation), as the hardware would.
+
 Lanes: `fmt` may be a sequence of formats; the result then gains a leading axis, one lane
 per format, and the lanes run in one loop (a per-step loop costs about the same for one
 lane or a hundred). Terms may have any leading (batch) axes; the summed axis is `axis`.
@@ -126,10 +129,11 @@ def _sequential_lanes(data: np.ndarray, specs: list[FormatSpec], cumulative: boo
     s = np.zeros((len(specs), *data.shape[:-1]))
     out = np.empty((n, *s.shape)) if cumulative else None
     columns = np.moveaxis(data, -1, 0)
-    for k in range(n):
-        s = add_rounded(s, columns[k], grid)
-        if out is not None:
-            out[k] = s
+    with np.errstate(invalid="ignore", over="ignore"):  # an overflowed lane carries inf / NaN on
+        for k in range(n):
+            s = add_rounded(s, columns[k], grid)
+            if out is not None:
+                out[k] = s
     return np.moveaxis(out, 0, -1) if out is not None else s
 
 
@@ -170,7 +174,8 @@ def pairwise_sum(terms: np.ndarray, fmt: FormatArg, axis: int = -1) -> np.ndarra
         while level.shape[-1] > 1:
             half = level.shape[-1] // 2
             left, right = level[..., 0 : 2 * half : 2], level[..., 1 : 2 * half : 2]
-            sums = left + right if grid is None else add_rounded(left, right, grid)
+            with np.errstate(invalid="ignore", over="ignore"):
+                sums = left + right if grid is None else add_rounded(left, right, grid)
             level = np.concatenate([sums, level[..., 2 * half :]], axis=-1)
         return level[..., 0].astype(np.float64)
 
@@ -193,12 +198,13 @@ def kahan_sum(terms: np.ndarray, fmt: FormatArg, axis: int = -1, cumulative: boo
     c = np.zeros_like(s)
     out = np.empty((n, *s.shape)) if cumulative else None
     columns = np.moveaxis(data, -1, 0)
-    for k in range(n):
-        y = add_rounded(columns[k], -c, grid)  # the term need not be a member of the format
-        u = add_members(s, y, grid)
-        c = add_members(add_members(u, -s, grid), -y, grid)
-        s = u
-        if out is not None:
-            out[k] = s
+    with np.errstate(invalid="ignore", over="ignore"):  # an overflowed lane carries inf / NaN on
+        for k in range(n):
+            y = add_rounded(columns[k], -c, grid)  # the term need not be a member of the format
+            u = add_members(s, y, grid)
+            c = add_members(add_members(u, -s, grid), -y, grid)
+            s = u
+            if out is not None:
+                out[k] = s
     result = np.moveaxis(out, 0, -1) if out is not None else s
     return result if _is_several(fmt) else result[0]
