@@ -230,3 +230,17 @@ def test_vendor_crosscheck_finds_no_mismatch() -> None:
     assert count_mismatches(a, np.array([-0.0, 1.0, np.nan])) == 1  # -0 differs from +0, NaN equals NaN
     with pytest.raises(ValueError):
         all_codes("fp16")
+
+
+def test_missing_libraries_are_reported_as_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from precisionlab.labs.limits import fp8_crosscheck_table
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # `import ml_dtypes` now raises ImportError
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert vendor_mismatches("e4m3") == {"ml_dtypes": None, "torch": None}
+    findings: dict[str, object] = {}
+    table = fp8_crosscheck_table(findings)  # type: ignore[arg-type]
+    assert findings["vendor_crosscheck.mismatches"] == "skipped: not installed"
+    assert set(table.column("torch mismatches")) == {"skipped: not installed"}
