@@ -179,3 +179,23 @@ def test_axpy_gpu_backend_code_path_under_the_interpreter(k: SimpleNamespace) ->
     paths = result.section("axpy").column("path")
     assert len(paths) == 3 and all(p.endswith(("fp32", "fp16", "bf16")) for p in paths)
     assert result.findings["axpy.fp16_speedup"] > 0
+
+
+def test_tuned_skips_configs_that_fail_and_keeps_the_fastest(k: SimpleNamespace,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = importlib.import_module("precisionlab.gemm.kernels.bench")
+    speed = {1: 3.0, 2: 1.0, 3: 2.0}
+
+    def kernel(x: int, *, block_m: int) -> torch.Tensor:
+        if block_m == 4:
+            raise RuntimeError("out of shared memory")
+        return torch.tensor([float(x * block_m)])
+
+    monkeypatch.setattr(bench, "median_ms", lambda call, device: speed[call.keywords["block_m"]])
+    configs = ({"block_m": 1}, {"block_m": 4}, {"block_m": 2}, {"block_m": 3})
+    call, text = bench.tuned(kernel, (5,), configs, "cuda")
+    assert call().item() == 10.0 and text == "m=2"
+    with pytest.raises(RuntimeError, match="out of shared memory"):
+        bench.tuned(kernel, (5,), ({"block_m": 4},), "cuda")
+    call, text = bench.tuned(kernel, (5,), configs, "cpu", block_m=3)
+    assert call().item() == 15.0 and text == "default config"

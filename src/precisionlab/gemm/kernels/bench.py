@@ -135,6 +135,59 @@ def _block_scaled(x: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor
     return (x / grown).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
 
 
+DOT_CONFIGS: tuple[dict[str, int], ...] = (
+    {"block_m": 128, "block_n": 256, "block_k": 64, "num_warps": 8, "num_stages": 3},
+    {"block_m": 256, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3},
+    {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 4},
+    {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 4, "num_stages": 4},
+    {"block_m": 128, "block_n": 128, "block_k": 32, "num_warps": 4, "num_stages": 3},
+)
+FP8_DOT_CONFIGS: tuple[dict[str, int], ...] = (
+    {"block_m": 128, "block_n": 256, "block_k": 128, "num_warps": 8, "num_stages": 3},
+    {"block_m": 128, "block_n": 128, "block_k": 128, "num_warps": 8, "num_stages": 4},
+    {"block_m": 128, "block_n": 128, "block_k": 128, "num_warps": 4, "num_stages": 4},
+)
+BLOCK_CONFIGS: tuple[dict[str, int], ...] = (
+    {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3},
+    {"block_m": 128, "block_n": 128, "num_warps": 4, "num_stages": 4},
+    {"block_m": 64, "block_n": 128, "num_warps": 4, "num_stages": 4},
+)
+TF32_CONFIGS: tuple[dict[str, int], ...] = (
+    {"block_m": 128, "block_n": 128, "block_k": 32, "num_warps": 8, "num_stages": 3},
+    {"block_m": 128, "block_n": 128, "block_k": 32, "num_warps": 4, "num_stages": 3},
+    {"block_m": 128, "block_n": 64, "block_k": 32, "num_warps": 4, "num_stages": 4},
+)
+
+
+def tuned(kernel: Callable[..., torch.Tensor], args: tuple[Any, ...], configs: tuple[dict[str, int], ...],
+          device: str, **fixed: Any) -> tuple[Callable[[], torch.Tensor], str]:
+    """The fastest launch configuration of a kernel for these arguments (the 'build' step).
+
+    On CUDA every config is compiled and timed and ones that do not fit (shared memory, registers)
+    are skipped; elsewhere the wrapper's defaults are used. Returns the call and its config as text.
+    """
+    if device != "cuda":
+        return functools.partial(kernel, *args, **fixed), "default config"
+    best: tuple[float, dict[str, int]] | None = None
+    last_error = ""
+    for config in configs:
+        call = functools.partial(kernel, *args, **fixed, **config)
+        try:
+            call()
+            ms = median_ms(call, device)
+        except Exception as exc:  # triton's OutOfResources and compile errors: this config does not fit
+            last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            continue
+        if best is None or ms < best[0]:
+            best = (ms, config)
+    if best is None:
+        name = getattr(kernel, "__name__", "kernel")
+        raise RuntimeError(f"no launch configuration of {name} ran on this device (last error: {last_error})")
+    config = best[1]
+    text = " ".join(f"{k.replace('block_', '').replace('num_', '')}={v}" for k, v in config.items())
+    return functools.partial(kernel, *args, **fixed, **config), text
+
+
 def gemm_rows(size: int, fma_size: int, seed: int = 0, device: str = "cuda") -> list[GpuRow]:
     """Square GEMM rows (size³), the fp32-FMA kernel at fma_size³ (it is slow by design)."""
     if size % SCALE_BLOCK or fma_size <= 0:
@@ -145,28 +198,35 @@ def gemm_rows(size: int, fma_size: int, seed: int = 0, device: str = "cuda") -> 
     flops = 2.0 * size**3
     shape = f"{size}x{size}x{size}"
 
-    def add(name: str, kind: str, precision: str, storage: str, fn: Callable[[], torch.Tensor], width: float,
-            expected_to_fail: bool = False) -> None:
+    moved_by_width = {w: (2 * size * size) * w + size * size * 4 for w in (1, 2, 4)}
+
+    def add(name: str, kind: str, precision: str, storage: str, fn: Callable[[], torch.Tensor], width: int,
+            expected_to_fail: bool = False, note: str = "") -> None:
         c = fn()
         _sync(device)
-        moved = (2 * size * size) * width + size * size * 4
-        rows.append(GpuRow(name, kind, precision, shape, median_ms(fn, device), flops, moved, _max_rel(c, ref),
-                           tolerance(Variant(name, storage), size), expected_to_fail))
+        rows.append(GpuRow(name, kind, precision, shape, median_ms(fn, device), flops, moved_by_width[width],
+                           _max_rel(c, ref), tolerance(Variant(name, storage), size), expected_to_fail, note))
+
+    def add_tuned(name: str, precision: str, storage: str, kernel: Callable[..., torch.Tensor],
+                  args: tuple[Any, ...], configs: tuple[dict[str, int], ...], width: int,
+                  expected_to_fail: bool = False, **fixed: Any) -> None:
+        call, config = tuned(kernel, args, configs, device, **fixed)
+        add(name, "triton", precision, storage, call, width, expected_to_fail, config)
 
     a16, b16 = a.half(), b.half()
     ab, bb = a.bfloat16(), b.bfloat16()
-    add("triton_dot_tf32", "triton", "tf32", "tf32", lambda: matmul_dot(a, b, input_precision="tf32"), 4)
-    add("triton_dot_fp16", "triton", "fp16", "fp16", lambda: matmul_dot(a16, b16), 2)
-    add("triton_dot_bf16", "triton", "bf16", "bf16", lambda: matmul_dot(ab, bb), 2)
-    add("triton_dot_fp16_acc16", "triton", "fp16", "fp16", lambda: matmul_dot(a16, b16, acc_fp16=True), 2,
-        expected_to_fail=True)
+    add_tuned("triton_dot_tf32", "tf32", "tf32", matmul_dot, (a, b), TF32_CONFIGS, 4, input_precision="tf32")
+    add_tuned("triton_dot_fp16", "fp16", "fp16", matmul_dot, (a16, b16), DOT_CONFIGS, 2)
+    add_tuned("triton_dot_bf16", "bf16", "bf16", matmul_dot, (ab, bb), DOT_CONFIGS, 2)
+    add_tuned("triton_dot_fp16_acc16", "fp16", "fp16", matmul_dot, (a16, b16), DOT_CONFIGS, 2,
+              expected_to_fail=True, acc_fp16=True)
     a8, sa = _tensor_scaled(a)
     b8, sb = _tensor_scaled(b)
     scale = (sa * sb).float()
-    add("triton_dot_e4m3_tensor", "triton", "fp8", "e4m3", lambda: matmul_dot(a8, b8, scale=scale), 1)
+    add_tuned("triton_dot_e4m3_tensor", "fp8", "e4m3", matmul_dot, (a8, b8), FP8_DOT_CONFIGS, 1, scale=scale)
     ab8, sab = _block_scaled(a, A_BLOCK)
     bb8, sbb = _block_scaled(b, B_BLOCK)
-    add("triton_e4m3_block", "triton", "fp8", "e4m3", lambda: matmul_fp8_blockscaled(ab8, sab, bb8, sbb), 1)
+    add_tuned("triton_e4m3_block", "fp8", "e4m3", matmul_fp8_blockscaled, (ab8, sab, bb8, sbb), BLOCK_CONFIGS, 1)
     torch.backends.cuda.matmul.allow_tf32 = False
     add("torch_fp32", "torch", "fp32", "fp32", lambda: a @ b, 4)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -183,7 +243,7 @@ def gemm_rows(size: int, fma_size: int, seed: int = 0, device: str = "cuda") -> 
     try:
         add("torch_scaled_mm_e4m3", "torch", "fp8", "e4m3", scaled_mm, 1)
     except (RuntimeError, TypeError, NotImplementedError) as exc:
-        rows.append(GpuRow("torch_scaled_mm_e4m3", "torch", "fp8", shape, float("nan"), flops, 0.0,
+        rows.append(GpuRow("torch_scaled_mm_e4m3", "torch", "fp8", shape, float("nan"), flops, moved_by_width[1],
                            note=f"unavailable: {str(exc).splitlines()[0][:80]}"))
     fa, fb = _inputs(fma_size, fma_size, fma_size, seed, device)
     fref = fa.double() @ fb.double()
