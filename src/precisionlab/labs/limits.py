@@ -432,7 +432,9 @@ def summation_order_section(n: int, seed: int, findings: dict[str, Scalar]) -> t
         xlabel="blocks B",
         ylabel="relative error vs exact",
         series=[Series("fp32 blocked sum", [float(b) for b in blocks],
-                       [abs(r - exact) / exact if r != exact else math.nan for r in results])],
+                       [abs(r - exact) / exact if r != exact else math.nan for r in results]),
+                Series("worst-case bound γ_k (k = n/B + B - 2)", [float(b) for b in blocks],
+                       [float(row[5]) for row in rows if isinstance(row[5], float)], style="--")],
         xscale="log",
         yscale="log",
     )

@@ -36,8 +36,7 @@ def round_to_odd(hi: npt.ArrayLike, lo: npt.ArrayLike) -> np.ndarray:
     lo = np.asarray(lo, dtype=np.float64)
     inexact = lo != 0
     toward_zero = inexact & (np.signbit(lo) != np.signbit(hi))
-    bits = hi.view(np.int64) - toward_zero.astype(np.int64)
-    bits = bits | inexact.astype(np.int64)
+    bits = (hi.view(np.int64) - toward_zero) | inexact  # booleans act as 0 / 1
     return bits.view(np.float64)
 
 
