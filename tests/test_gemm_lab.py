@@ -86,11 +86,17 @@ def test_cli_json_and_png(run_cli, tmp_path) -> None:  # type: ignore[no-untyped
 
 
 @pytest.mark.parametrize("args", [("--size", "0"), ("--size", "100"), ("--gemv-size", "-4"), ("--tile", "0"),
-                                  ("--peak-tflops", "9"), ("--backend", "tpu")])
+                                  ("--peak-tflops", "9"), ("--backend", "tpu"), ("--acc-bits", "30"),
+                                  ("--k-max", "100"), ("--time-budget", "0"), ("--accelerator", "h900")])
 def test_cli_bad_input_is_one_line_exit_2(run_cli, args) -> None:  # type: ignore[no-untyped-def]
     res = run_cli("gemm", *args)
     assert res.exit_code == 2
     assert "Traceback" not in res.output
+
+
+def test_cli_error_message_names_the_problem(run_cli) -> None:  # type: ignore[no-untyped-def]
+    res = run_cli("gemm", "--size", "100")
+    assert res.output.strip() == "error: M=100 is not a multiple of the tile 32"
 
 
 def test_gpu_backend_without_cuda_is_a_clean_error(run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -47,8 +47,12 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
     """Run the lab. `stage` (optional) is called with a description as each of STAGES stages starts."""
     check_sizes(size, size, size, tile)
     check_sizes(1, gemv_size, gemv_size, tile)
-    if k_max < K_SWEEP[0] or sweep_outputs <= 0 or ceiling_size <= 0:
-        raise ValueError(f"k_max must be at least {K_SWEEP[0]} and sizes positive")
+    if k_max < K_SWEEP[0]:
+        raise ValueError(f"k_max must be at least {K_SWEEP[0]}, got {k_max}")
+    if sweep_outputs <= 0 or ceiling_size <= 0 or gpu_size <= 0:
+        raise ValueError("sweep_outputs, ceiling_size and gpu_size must be positive")
+    if time_budget <= 0:
+        raise ValueError(f"time_budget must be positive seconds, got {time_budget}")
     datasheet = ceiling_options.datasheet(accelerator, peak_tflops, bandwidth)
     if backend == "gpu":
         return run_gpu(gpu_size, seed)
