@@ -23,7 +23,6 @@ from precisionlab.formats import FloatFormat, IntFormat, get_format
 from precisionlab.formats.codebook import CodebookFormat, get_codebook
 from precisionlab.rounding import encode
 from precisionlab.rounding.codes import decode_table
-from precisionlab.rounding.engine import table_index
 
 ElementFormat = FloatFormat | IntFormat | CodebookFormat
 
@@ -74,7 +73,7 @@ class Codec:
         if isinstance(fmt, CodebookFormat):
             return fmt.encode(v)
         if v.dtype == np.float32:
-            return np.take(_code_table(fmt), table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
+            return np.take(_code_table(fmt), _table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
         return np.asarray(encode(np.ascontiguousarray(v), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
 
     def encode_affine(self, v: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
@@ -86,6 +85,17 @@ class Codec:
         q += zero_point
         np.clip(q, fmt.min_value, fmt.max_value, out=q)
         return _int_codes(q, fmt)
+
+
+def _table_index(u: np.ndarray) -> np.ndarray:
+    """(top 16 bits of a float32) * 2 + (any of the low 16 bits set): the rounding table's index
+    (`precisionlab.rounding.engine.table_index`, in five passes instead of six)."""
+    idx = u >> np.uint32(15)
+    idx &= np.uint32(0x1FFFE)
+    low = u & np.uint32(0xFFFF)
+    np.minimum(low, np.uint32(1), out=low)
+    idx |= low
+    return idx
 
 
 def _int_codes(q: np.ndarray, fmt: IntFormat) -> np.ndarray:
