@@ -130,9 +130,9 @@ def _check_sizes(value: float, min_log2_n: int, max_log2_n: int, order_n: int, v
 # --- section 2: round trip ------------------------------------------------------------------
 
 
-def _value_class(stored: float, fmt: FloatFormat) -> str:
+def _value_class(value: float, stored: float, fmt: FloatFormat) -> str:
     if math.isnan(stored):
-        return "nan (overflow)" if fmt.has_nan else "nan"
+        return "nan (overflow)" if abs(value) > fmt.max_finite else "nan (not representable)"
     if math.isinf(stored):
         return "inf (overflow)"
     if stored == 0:
@@ -151,7 +151,7 @@ def round_trip_table(value: float, formats: list[FloatFormat], findings: dict[st
         finite = math.isfinite(stored)
         abs_err = abs(stored - value) if finite else math.inf
         rel_err = abs_err / abs(value) if value != 0 and finite else (0.0 if finite else math.inf)
-        kind = "saturated (overflow)" if finite and abs(value) > fmt.max_finite else _value_class(stored, fmt)
+        kind = "saturated (overflow)" if finite and abs(value) > fmt.max_finite else _value_class(value, stored, fmt)
         ftz = math.copysign(0.0, stored) if kind == "subnormal" else stored
         rows.append([fmt.name, stored, f"0x{code:0{width}x}", abs_err, rel_err, kind, ftz])
         findings[f"round_trip_relative_error.{fmt.name}"] = rel_err
