@@ -206,3 +206,17 @@ def test_fp8_elements_match_ml_dtypes_exhaustively() -> None:
         assert q.scales[0, 0] == 1.0
         expected = x.astype(getattr(ml_dtypes, fmt)).astype(np.float32)
         np.testing.assert_array_equal(q.dequantize(), expected)
+
+
+def test_ue8m0_scale_option_is_the_mx_rule() -> None:
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32) * 5
+    mx8 = quantize(x, "mxfp8:rceil")
+    plain = quantize(x, "e4m3:g32:scale=ue8m0:rceil")
+    np.testing.assert_array_equal(plain.codes, mx8.codes)
+    np.testing.assert_array_equal(plain.scale_codes, mx8.scale_codes)
+    # int8 with a ue8m0 scale: X = 2^(floor(log2 amax) - 6) -> the same codes as MXINT8 (whose X is 2^6 larger)
+    ints = quantize(x, "int8:g32:scale=ue8m0")
+    mxint8 = quantize(x, "mxint8")
+    np.testing.assert_array_equal(ints.codes, mxint8.codes)
+    np.testing.assert_array_equal(ints.scales * 64, mxint8.scales)
+    np.testing.assert_array_equal(ints.dequantize(), mxint8.dequantize())

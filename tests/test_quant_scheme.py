@@ -51,7 +51,7 @@ def test_defaults_are_dropped_and_order_is_canonical() -> None:
 
 def _schemes() -> st.SearchStrategy[str]:
     gran = st.sampled_from(["", ":row", ":col", ":g16", ":g128", ":block4x8", ":tile1x32"])
-    scale = st.sampled_from(["", ":scale=fp32", ":scale=bf16", ":scale=e4m3"])
+    scale = st.sampled_from(["", ":scale=fp32", ":scale=bf16", ":scale=e4m3", ":scale=ue8m0", ":scale=ue8m0:rceil"])
     extras = st.sampled_from(["", ":outliers=2", ":axis=0", ":nonfinite=nan"])
     ints = st.builds(lambda e, g, a, s, x: f"{e}{g}{a}{s}{x}", st.sampled_from(["int8", "int4", "int2"]), gran,
                      st.sampled_from(["", ":asym"]), scale, extras)
@@ -82,7 +82,8 @@ def test_round_trip(text: str) -> None:
     ("mxfp4:g64", "fixes its element"),
     ("int8:row:g32", "must come right after"),
     ("mxfp4:scale=fp32", "fixes its element"),
-    ("int8:rceil", "MX scale rule"),
+    ("int8:rceil", "power-of-two scale rule"),
+    ("int8:g32:asym:scale=ue8m0", "no zero point"),
     ("uint8:sym", "unsigned"),
     ("e4m3:tile2x128", "tiles are 1x"),
     ("int8::row", "empty field"),

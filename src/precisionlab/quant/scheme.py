@@ -12,7 +12,8 @@ Grammar (colon-separated)::
                                                         fp32 for float and codebook elements)
                  outliers=K      keep the K rows with the largest amax in fp16
                  axis=N          the axis groups and tiles run along (default -1)
-                 floor | rceil   MX shared-scale rule (MX presets only; default floor)
+                 floor | rceil   power-of-two (ue8m0) scale rule: MX presets and scale=ue8m0
+                                 (default floor, the OCP MX rule)
                  minscale=subnormal|normal   NVFP4 block-scale floor (default subnormal)
                  nonfinite=error|nan         a block holding NaN/inf: raise, or store a NaN scale
 
@@ -140,10 +141,10 @@ def _problem(s: Scheme) -> str:
         return "a tensor scale (nvfp4) needs e4m3 block scales"
     if s.minscale != "subnormal" and not s.tensor_scale:
         return "minscale= applies to nvfp4's e4m3 block scales"
-    if s.scale == "ue8m0" and s.mx is None and s.preset is None:
-        return "ue8m0 scales follow the MX rule: use an mx* preset (mxfp8, mxfp4, mxint8, ...)"
-    if s.is_mx and (s.scale != "ue8m0" or s.granularity is not Granularity.GROUP):
-        return "MX schemes use ue8m0 scales on groups"
+    if (s.scale == "ue8m0") != (s.mx is not None):
+        return "ue8m0 scales and the floor / rceil rule go together"
+    if s.is_mx and s.symmetric is False:
+        return "power-of-two (ue8m0) scales are symmetric: no zero point"
     return ""
 
 
@@ -249,8 +250,6 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
         if key in ("sym", "asym") and not eq:
             changes["symmetric"] = key == "sym"
         elif key in ("floor", "rceil") and not eq:
-            if base.mx is None:
-                raise ValueError(f"{key!r} in scheme {spec!r} is an MX scale rule; it applies to the mx* presets")
             changes["mx"] = MXRule(key)
         elif key == "scale" and eq:
             if value not in SCALE_FORMATS:
@@ -271,6 +270,12 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
             changes["nonfinite"] = value
         else:
             raise ValueError(f"unknown option {option!r} in scheme {spec!r}{_suggest_option(option)}")
+    scale = changes.get("scale", base.scale)
+    if scale == "ue8m0" and changes.get("mx", base.mx) is None:
+        changes["mx"] = MXRule.FLOOR  # a ue8m0 scale follows the MX rule
+    if scale != "ue8m0" and "mx" in changes:
+        raise ValueError(f"floor / rceil in scheme {spec!r} is the power-of-two scale rule; it applies to the mx* "
+                         "presets and to scale=ue8m0")
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -298,7 +303,7 @@ def format_scheme(s: Scheme) -> str:
         parts.append(f"outliers={s.outliers}")
     if s.axis != base.axis:
         parts.append(f"axis={s.axis}")
-    if s.mx != base.mx and s.mx is not None:
+    if s.mx is MXRule.RCEIL and base.mx is not MXRule.RCEIL:
         parts.append(s.mx.value)
     if s.minscale != base.minscale:
         parts.append(f"minscale={s.minscale}")
