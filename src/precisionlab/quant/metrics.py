@@ -32,36 +32,54 @@ class ErrorMetrics:
     frac_clipped: float
 
 
+CHUNK = 1 << 20
+"""Elements per chunk: the measures run in float64 over chunks, so a large tensor costs
+its dequantized copy (float32) plus a few chunks."""
+
+
 def error_metrics(x: Any, q: QuantizedTensor, x_hat: np.ndarray | None = None) -> ErrorMetrics:
     """All measures of q (or of a precomputed x_hat) against x."""
     arr, _ = as_array(x)
-    ref = np.asarray(arr, dtype=np.float64).reshape(q.shape)
-    approx = (q.dequantize() if x_hat is None else x_hat).astype(np.float64).reshape(q.shape)
-    finite = np.isfinite(ref)
-    err = np.where(finite, approx - ref, 0.0)
-    err = np.where(np.isfinite(err), err, 0.0)
-    signal = float(np.sum(np.where(finite, ref, 0.0) ** 2))
-    noise = float(np.sum(err**2))
-    count = max(int(finite.sum()), 1)
+    ref = arr.reshape(-1)
+    approx = (q.dequantize() if x_hat is None else x_hat).reshape(-1)
+    signal = noise = 0.0
+    worst = 0.0
+    count = 0
+    for start in range(0, ref.size, CHUNK):
+        r = np.asarray(ref[start : start + CHUNK], dtype=np.float64)
+        a = np.asarray(approx[start : start + CHUNK], dtype=np.float64)
+        finite = np.isfinite(r)
+        err = np.where(finite, a - r, 0.0)
+        err = np.where(np.isfinite(err), err, 0.0)
+        signal += float(np.sum(np.where(finite, r, 0.0) ** 2))
+        noise += float(np.sum(err**2))
+        worst = max(worst, float(np.abs(err).max(initial=0.0)))
+        count += int(finite.sum())
     rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
     sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
-    return ErrorMetrics(rel, sqnr, float(np.abs(err).max(initial=0.0)), math.sqrt(noise / count),
-                        clipped_fraction(arr, q))
+    return ErrorMetrics(rel, sqnr, worst, math.sqrt(noise / max(count, 1)), clipped_fraction(arr, q))
 
 
 def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
     """Fraction of finite elements whose |x| exceeds element max * block scale (they saturate)."""
     arr, _ = as_array(x)
     axis, _, view_shape = canonical_view(arr.shape, q.scheme)
-    view = np.abs(to_view(np.asarray(arr, dtype=np.float64), axis, view_shape))
+    view = to_view(arr, axis, view_shape)
     if q.outlier_index is not None:
         keep = np.ones(view.shape[1], dtype=bool)
         keep[q.outlier_index] = False
         view = view[:, keep, :]
     lay = q.layout
-    limit = _divisors(q, make_codec(q.scheme)).astype(np.float64) * make_codec(q.scheme).max_value
+    cod = make_codec(q.scheme)
+    limit = _divisors(q, cod).astype(np.float64) * cod.max_value  # (B, row blocks, column blocks)
     br = lay.padded[1] if lay.whole_rows else lay.block[0]
-    full = np.repeat(np.repeat(limit, br, axis=1), lay.block[1], axis=2)[:, : view.shape[1], : view.shape[2]]
-    finite = np.isfinite(view)
-    clipped = finite & (view > full)
-    return float(clipped.sum()) / max(arr.size, 1)
+    n = view.shape[2]
+    rows = max(1, CHUNK // max(n, 1))
+    clipped = 0
+    for b in range(view.shape[0]):
+        for r0 in range(0, view.shape[1], rows):
+            chunk = np.abs(np.asarray(view[b, r0 : r0 + rows, :], dtype=np.float64))
+            row_limit = limit[b][np.arange(r0, r0 + chunk.shape[0]) // br]
+            full = np.repeat(row_limit, lay.block[1], axis=1)[:, :n]
+            clipped += int(np.count_nonzero(np.isfinite(chunk) & (chunk > full)))
+    return clipped / max(arr.size, 1)
