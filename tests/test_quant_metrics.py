@@ -21,13 +21,18 @@ def test_measures_match_direct_formulas(monkeypatch: pytest.MonkeyPatch) -> None
     assert m.sqnr_db == pytest.approx(10 * math.log10(np.sum(x.astype(np.float64) ** 2) / np.sum(err**2)), rel=1e-12)
     assert m.max_err == np.abs(err).max()
     assert m.rms_err == pytest.approx(math.sqrt(np.mean(err**2)), rel=1e-12)
-    assert m.frac_clipped == 0.0  # symmetric absmax scaling never clips
+    assert m.frac_clipped == 0.0  # absmax scaling only "clips" by a scale-rounding hair, which does not count
 
 
 def test_clipped_fraction_counts_floor_clipping() -> None:
     x = np.ones((1, 64), dtype=np.float32)
-    x[0, 0] = 957.0  # MXFP8 FLOOR: X = 2, limit 448 * 2 = 896 < 957
+    x[0, 0] = 957.0  # MXFP8 FLOOR: X = 2, limit (448 + 32 / 2) * 2 = 928 < 957
     assert error_metrics(x, quantize(x, "mxfp8")).frac_clipped == 1 / 64
     assert error_metrics(x, quantize(x, "mxfp8:rceil")).frac_clipped == 0.0
-    exact = quantize(np.ones((2, 32), dtype=np.float32), "int8:row")
-    assert math.isinf(error_metrics(np.ones((2, 32), dtype=np.float32), exact).sqnr_db)
+    y = np.full((2, 32), 127.0, dtype=np.float32)  # s = 1 exactly: no error at all
+    assert math.isinf(error_metrics(y, quantize(y, "int8:row")).sqnr_db)
+    z = np.full((1, 32), 1.0, dtype=np.float32)
+    z[0, 0] = 2.9  # mxfp4: X = 2^(1 - 2) = 0.5; 2.9 / 0.5 = 5.8 < 6 + (6 - 4) / 2: rounds, not clipped
+    assert error_metrics(z, quantize(z, "mxfp4")).frac_clipped == 0.0
+    z[0, 0] = 3.9  # X = 0.5; 7.8 > 7: saturated (FLOOR clips)
+    assert error_metrics(z, quantize(z, "mxfp4")).frac_clipped == 1 / 32

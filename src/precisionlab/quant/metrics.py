@@ -4,8 +4,11 @@
     SQNR (dB)       10 log10( sum x^2 / sum (x_hat - x)^2 )          (inf when exact)
     max error       max |x_hat - x|
     rms error       sqrt(mean (x_hat - x)^2)
-    clipped         fraction of elements with |x| above their block's largest
-                    representable magnitude (element max * block scale)
+    clipped         fraction of elements that saturated: |x| beyond their block's largest
+                    magnitude by more than half the top step, (max + gap/2) * block scale,
+                    where gap is the distance from the element max to the next value below
+                    (so a block max that exceeds the limit by a rounding hair, e.g. after an
+                    fp16 scale rounded down, does not count)
 
 Non-finite input elements are left out of every measure.
 """
@@ -61,7 +64,7 @@ def error_metrics(x: Any, q: QuantizedTensor, x_hat: np.ndarray | None = None) -
 
 
 def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
-    """Fraction of finite elements whose |x| exceeds element max * block scale (they saturate)."""
+    """Fraction of finite elements with |x| > (element max + top gap / 2) * block scale: they saturated."""
     arr, _ = as_array(x)
     axis, _, view_shape = canonical_view(arr.shape, q.scheme)
     view = to_view(arr, axis, view_shape)
@@ -71,7 +74,9 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
         view = view[:, keep, :]
     lay = q.layout
     cod = make_codec(q.scheme)
-    limit = _divisors(q, cod).astype(np.float64) * cod.max_value  # (B, row blocks, column blocks)
+    magnitudes = np.unique(np.abs(cod.values()[np.isfinite(cod.values())]).astype(np.float64))
+    top = magnitudes[-1] + (magnitudes[-1] - magnitudes[-2]) / 2
+    limit = _divisors(q, cod).astype(np.float64) * top  # (B, row blocks, column blocks)
     br = lay.padded[1] if lay.whole_rows else lay.block[0]
     n = view.shape[2]
     rows = max(1, CHUNK // max(n, 1))
