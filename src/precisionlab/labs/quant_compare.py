@@ -73,12 +73,12 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
             if progress is not None:
                 progress(f"{name}: {scheme}")
             if not _applicable(scheme, arr.ndim):
-                rows.append([name, str(tuple(arr.shape)), scheme, None, None, None, None, None, None])
+                rows.append([name, str(tuple(arr.shape)), scheme, None, None, None, None, None, None, None])
                 continue
             q = quantize(arr, scheme)
             m = error_metrics(arr, q)
             rows.append([name, str(tuple(arr.shape)), scheme, m.rel_err, m.sqnr_db, m.max_err, m.frac_clipped,
-                         q.nbytes, q.bits_per_element])
+                         q.nbytes, q.bits_per_element, q.padded_elements])
             key = f"compare.{name}.{scheme}"
             findings[f"{key}.rel_err"] = m.rel_err
             findings[f"{key}.sqnr_db"] = m.sqnr_db
@@ -86,13 +86,14 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
             points[scheme][0].append(q.bits_per_element)
             points[scheme][1].append(m.rel_err)
     note = ("rel err = ||x_hat - x|| / ||x||; SQNR = 10 log10(sum x^2 / sum err^2); clipped = share of elements "
-            "beyond their block's largest representable value; bytes include scales, zero points, padding, "
-            "outlier rows and tensor scales. Empty cells: a 2-D block scheme on a 1-D tensor.")
+            "that saturated (beyond their block's largest value by more than half the top step); bytes include "
+            "scales, zero points, padding, outlier rows and tensor scales; padded = zeros added to fill the last "
+            "group of each row (stored and counted in the bytes). Empty cells: a 2-D block scheme on a 1-D tensor.")
     if skipped:
         note += f" Skipped integer tensors: {', '.join(skipped)}."
     table = Table(key="compare", title=f"Schemes on {path.name}",
                   columns=["tensor", "shape", "scheme", "rel err", "SQNR dB", "max err", "clipped", "bytes",
-                           "bits/elem"],
+                           "bits/elem", "padded"],
                   rows=rows, note=note,
                   formats={"rel err": ".4g", "SQNR dB": ".2f", "max err": ".4g", "clipped": ".3g",
                            "bits/elem": ".4g"})
