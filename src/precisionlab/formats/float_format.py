@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from enum import Enum
 from fractions import Fraction
 
@@ -127,30 +128,30 @@ class FloatFormat:
             return full - 1
         return full
 
-    # --- limits, exact and as floats ---------------------------------------------
-    @property
+    # --- limits, exact and as floats (cached: the engine reads them on every call) ----
+    @cached_property
     def max_finite_exact(self) -> Fraction:
         return Fraction((1 << self.man_bits) + self.max_mantissa_at_emax) * _pow2(self.emax - self.man_bits)
 
-    @property
+    @cached_property
     def min_normal_exact(self) -> Fraction:
         return _pow2(self.emin)
 
-    @property
+    @cached_property
     def min_subnormal_exact(self) -> Fraction:
         if not self.subnormals:
             return _pow2(self.emin)
         return _pow2(self.emin - self.man_bits)
 
-    @property
+    @cached_property
     def max_finite(self) -> float:
         return float(self.max_finite_exact)
 
-    @property
+    @cached_property
     def min_normal(self) -> float:
         return math.ldexp(1.0, self.emin)
 
-    @property
+    @cached_property
     def min_subnormal(self) -> float:
         return float(self.min_subnormal_exact)
 

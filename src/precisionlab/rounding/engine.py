@@ -84,6 +84,7 @@ def compute_domain(fmt: FloatFormat, dtype: np.dtype) -> Domain:
     return F32
 
 
+@lru_cache(maxsize=256)
 def holds_all_values(fmt: FloatFormat | IntFormat, container: FloatFormat) -> bool:
     """Whether every finite value of fmt is exactly representable in the container format."""
     if isinstance(fmt, IntFormat):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from enum import Enum
+from functools import lru_cache
 from typing import TypeVar
 
 from precisionlab.formats import Overflow
@@ -49,6 +50,11 @@ def parse_enum(kind: type[_E], value: str | _E, what: str) -> _E:
         return value
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    return _parse_string(kind, value, what)
+
+
+@lru_cache(maxsize=128)
+def _parse_string(kind: type[_E], value: str, what: str) -> _E:
     key = _ALIASES.get(value.strip().lower(), value.strip().lower())
     for member in kind:
         if member.value == key:
