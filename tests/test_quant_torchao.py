@@ -45,3 +45,21 @@ def test_mx_matches_torchao(data: np.ndarray, scheme: str, dtype: str, rule: str
         np.testing.assert_array_equal(raw.reshape(-1), q.packed)  # same nibble order
     else:
         np.testing.assert_array_equal(raw.reshape(q.codes.shape), q.codes)
+
+
+def test_nvfp4_matches_torchao_with_minscale_normal(data: np.ndarray) -> None:
+    nvfp4 = pytest.importorskip("torchao.prototype.mx_formats.nvfp4_tensor")
+    x = data.copy()
+    x[9, 64:80] = 1e-6 * x[3, 5]  # a block whose scale is far below e4m3's smallest normal
+    t = torch.from_numpy(x)
+    g = nvfp4.per_tensor_amax_to_scale(t.abs().max())
+    scales, packed = nvfp4.nvfp4_quantize(t, 16, g)
+    q = quantize(x, "nvfp4:minscale=normal")  # torchao clamps block scales up to 2^-6
+    assert q.tensor_scale == float(g)
+    theirs = scales.view(torch.uint8).numpy().reshape(q.scale_codes.shape).copy()
+    # the all-zero blocks (row 9, columns 32..63): scale 1 here (e4m3 0x38); torchao's clamp gives 2^-6 (0x08)
+    assert theirs[9, 2:4].tolist() == [0x08, 0x08] and q.scale_codes[9, 2:4].tolist() == [0x38, 0x38]
+    theirs[9, 2:4] = 0x38
+    np.testing.assert_array_equal(theirs, q.scale_codes)
+    np.testing.assert_array_equal(packed.view(torch.uint8).numpy().reshape(-1), q.packed)
+    assert q.scales[9, 4] == 2.0**-6 and quantize(x, "nvfp4").scales[9, 4] < 2.0**-6  # the default keeps subnormals
