@@ -18,7 +18,7 @@ import numpy as np
 
 import precisionlab as pl
 from precisionlab.numerics import kahan_sum, sequential_sum
-from precisionlab.numerics.exact import odd_sum
+from precisionlab.rounding.exact_sum import odd_sum
 
 
 def timed(fn, repeat: int = 5) -> tuple[float, object]:  # type: ignore[no-untyped-def]

@@ -19,9 +19,8 @@ from precisionlab.gemm import (
     emulated_matmul,
     random_inputs,
     store,
-    sum_to_odd,
 )
-from precisionlab.gemm.rounded_sum import accumulator_format
+from precisionlab.rounding.exact_sum import accumulator_format, odd_sum
 
 # (mantissa bits, minimum normal exponent) straight from the format definitions.
 FP32 = (23, 1 - 127)
@@ -81,7 +80,7 @@ def test_sum_to_odd_brackets_the_exact_sum() -> None:
     rng = np.random.default_rng(3)
     a = rng.uniform(-1, 1, 2000) * np.exp2(rng.integers(-40, 40, 2000))
     b = rng.uniform(-1, 1, 2000) * np.exp2(rng.integers(-40, 40, 2000))
-    s = sum_to_odd(a, b)
+    s = odd_sum(a, b)
     for x, y, r in zip(a, b, s, strict=True):
         exact = Fraction(float(x)) + Fraction(float(y))
         if Fraction(float(r)) == exact:

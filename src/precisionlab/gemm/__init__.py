@@ -17,7 +17,7 @@ from precisionlab.gemm.emulate import (
     store,
     tolerance,
 )
-from precisionlab.gemm.rounded_sum import accumulator_format, add_rounded, sum_to_odd
+from precisionlab.gemm.rounded_sum import add_rounded
 from precisionlab.gemm.scaling import Scaled, scale_and_round
 from precisionlab.gemm.variants import (
     BLOCK_K,
@@ -28,6 +28,7 @@ from precisionlab.gemm.variants import (
     narrow_accumulator,
     standard_variants,
 )
+from precisionlab.rounding.exact_sum import accumulator_format
 
 __all__ = [
     "BLOCK_K",
@@ -48,6 +49,5 @@ __all__ = [
     "scale_and_round",
     "standard_variants",
     "store",
-    "sum_to_odd",
     "tolerance",
 ]

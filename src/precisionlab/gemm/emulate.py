@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from precisionlab.formats import get_format
-from precisionlab.gemm.rounded_sum import accumulator_format, add_rounded
+from precisionlab.gemm.rounded_sum import add_rounded
 from precisionlab.gemm.scaling import scale_and_round
 from precisionlab.gemm.variants import A_BLOCK, B_BLOCK, BLOCK_K, Variant
 from precisionlab.rounding import round_to
+from precisionlab.rounding.exact_sum import accumulator_format
 
 _FP32 = accumulator_format("fp32")
 Progress = Callable[[int], None]

@@ -21,35 +21,9 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.rounding import round_to
+from precisionlab.rounding.exact_sum import odd_sum
 
 _FP32 = get_format("fp32")
-_MAX_ACC_SIGNIFICAND = 51  # 53 - 2 guard bits for round-to-odd
-
-
-def accumulator_format(spec: str | FloatFormat) -> FloatFormat:
-    """The accumulator format; any float of at most 51 significant bits (e.g. fp32, fp16, e8m13)."""
-    fmt = get_format(spec)
-    if not isinstance(fmt, FloatFormat):
-        raise ValueError(f"an accumulator must be a float format, got {fmt.name}")
-    if fmt.man_bits + 1 > _MAX_ACC_SIGNIFICAND:
-        raise ValueError(f"accumulator {fmt.name} has {fmt.man_bits + 1} significant bits; at most "
-                         f"{_MAX_ACC_SIGNIFICAND} can be emulated exactly in float64")
-    return fmt
-
-
-def sum_to_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a + b rounded to float64 with round-to-odd (a, b float64 arrays).
-
-    TwoSum: s = a + b, e = (a - (s - b')) + (b - b') with b' = s - a, so a + b = s + e exactly.
-    If e != 0 and s has an even last bit, the odd neighbour of s towards s + e is the result.
-    """
-    s = a + b
-    b_virtual = s - a
-    err = (a - (s - b_virtual)) + (b - b_virtual)
-    inexact_even = (err != 0) & ((s.view(np.int64) & 1) == 0) & np.isfinite(s)
-    if not inexact_even.any():
-        return s
-    return np.where(inexact_even, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
 
 
 def round_acc(x: np.ndarray, fmt: FloatFormat, rounding: str = "nearest_even") -> np.ndarray:
@@ -65,4 +39,4 @@ def round_acc(x: np.ndarray, fmt: FloatFormat, rounding: str = "nearest_even") -
 
 def add_rounded(acc: np.ndarray, term: np.ndarray, fmt: FloatFormat, rounding: str = "nearest_even") -> np.ndarray:
     """fl_fmt(acc + term): the exact sum of two float64 arrays rounded once to fmt."""
-    return round_acc(sum_to_odd(acc, term), fmt, rounding)
+    return round_acc(odd_sum(acc, term), fmt, rounding)

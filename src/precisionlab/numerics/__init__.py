@@ -13,8 +13,8 @@ updates (1 + t survival), crosscheck (fp8 decode against ml_dtypes and torch).
 """
 
 from precisionlab.numerics.accumulate import add_rounded, kahan_sum, pairwise_sum, sequential_dot, sequential_sum
-from precisionlab.numerics.exact import odd_sum, round_to_odd, two_sum
 from precisionlab.numerics.grid import Grid, make_grid, round_grid
+from precisionlab.rounding.exact_sum import odd_sum, round_to_odd, two_sum
 
 __all__ = [
     "Grid",

@@ -5,7 +5,7 @@
     kahan:       y = fl(t_k - c);  u = fl(s + y);  c = fl(fl(u - s) - y);  s = u   (every op rounded)
 
 fl is round-to-nearest-even onto the accumulator format, applied to the exact sum: the
-sum is formed in float64 as a round-to-odd value (numerics.exact) and rounded once to the
+sum is formed in float64 as a round-to-odd value (rounding.exact_sum) and rounded once to the
 format (numerics.grid), which is exact for any format of at most 51 significand bits.
 fp64 accumulates natively. Where the terms are already members of fp16, fp32 or fp64,
 the sum runs as numpy's own sequential `add.accumulate` in that dtype: IEEE addition in
@@ -29,8 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from precisionlab.formats import FloatFormat, Format, IntFormat, get_format
-from precisionlab.numerics.exact import odd_sum
 from precisionlab.numerics.grid import Grid, make_grid, round_grid
+from precisionlab.rounding.exact_sum import odd_sum
 
 FormatSpec = str | Format
 FormatArg = FormatSpec | Sequence[FormatSpec]

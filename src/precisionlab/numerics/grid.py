@@ -26,10 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat, get_format
-
-MAX_PRECISION_BITS = 51
-"""Largest significand (p = M + 1) this module rounds to: round-to-odd in float64 needs p + 2 <= 53."""
+from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat
+from precisionlab.rounding.exact_sum import accumulator_format
 
 
 @dataclass(frozen=True)
@@ -55,21 +53,6 @@ class Grid:
     @property
     def lanes(self) -> int:
         return len(self.names)
-
-
-def accumulator_format(spec: str | Format) -> FloatFormat:
-    """The format as a FloatFormat the fast grid can round to; ValueError names what is missing."""
-    fmt = get_format(spec)
-    if not isinstance(fmt, FloatFormat):
-        raise ValueError(f"{fmt.name} is an integer format; accumulators here are float formats")
-    if not fmt.signed or not fmt.subnormals:
-        raise ValueError(f"{fmt.name} is unsigned or has no subnormals; an accumulator needs a signed float format")
-    if fmt.man_bits + 1 > MAX_PRECISION_BITS:
-        raise ValueError(f"{fmt.name} has {fmt.man_bits + 1} significand bits; emulation supports at most "
-                         f"{MAX_PRECISION_BITS} (fp64 is native float64)")
-    if fmt.emax > 1023 or fmt.emin - fmt.man_bits < -1074:
-        raise ValueError(f"{fmt.name}'s exponent range does not fit float64")
-    return fmt
 
 
 def make_grid(formats: str | Format | Sequence[str | Format], lane_ndim: int = 0) -> Grid:

@@ -9,12 +9,32 @@
 Round-to-odd is what makes one rounding exact through an intermediate format
 (Boldo & Melquiond, 2008): if q >= p + 2, then RNE_p(RO_q(x)) = RNE_p(x). float64 has
 q = 53, so any target with p <= 51 significand bits is rounded exactly once from z.
+The numerics hazards lab and the GEMM emulation both accumulate this way.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+from precisionlab.formats import FloatFormat, Format, get_format
+
+MAX_EXACT_SIGNIFICAND = 51
+"""Widest significand (p = M + 1) a round-to-odd float64 sum rounds to exactly: p + 2 <= 53."""
+
+
+def accumulator_format(spec: str | Format) -> FloatFormat:
+    """A signed float format with subnormals and at most 51 significand bits (fp32, fp16, bf16,
+    e8m13, ...): what an exactly emulated accumulator can be. ValueError says what is missing."""
+    fmt = get_format(spec)
+    if not isinstance(fmt, FloatFormat):
+        raise ValueError(f"{fmt.name} is an integer format; an accumulator must be a float format")
+    if not fmt.signed or not fmt.subnormals:
+        raise ValueError(f"{fmt.name} is unsigned or has no subnormals; an accumulator needs a signed float format")
+    if fmt.man_bits + 1 > MAX_EXACT_SIGNIFICAND:
+        raise ValueError(f"{fmt.name} has {fmt.man_bits + 1} significant bits; at most {MAX_EXACT_SIGNIFICAND} "
+                         "can be emulated exactly in float64 (fp64 itself is native float64)")
+    return fmt
 
 
 def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +54,7 @@ def round_to_odd(hi: npt.ArrayLike, lo: npt.ArrayLike) -> np.ndarray:
     """
     hi = np.asarray(hi, dtype=np.float64)
     lo = np.asarray(lo, dtype=np.float64)
-    inexact = lo != 0
+    inexact = (lo != 0) & np.isfinite(hi)  # an overflowed sum stays inf
     toward_zero = inexact & (np.signbit(lo) != np.signbit(hi))
     bits = (hi.view(np.int64) - toward_zero) | inexact  # booleans act as 0 / 1
     return bits.view(np.float64)
