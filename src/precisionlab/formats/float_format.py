@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from enum import Enum
 from fractions import Fraction
+from functools import cached_property
 
 
 class Encoding(Enum):
