@@ -5,11 +5,13 @@
     y = pl.round_to(x, fmt)             # same type, dtype and device as x
     codes = pl.encode(x, "e2m1")        # uint8 codes
     pl.decode(codes, "e2m1")
+    q = pl.quantize(w, "int4:g128")     # q.dequantize(), q.nbytes (scales included), q.scheme
 
 Importing precisionlab never imports torch, triton, matplotlib or rich.
 """
 
 from precisionlab.formats import Encoding, FloatFormat, IntFormat, Overflow, get_format, list_formats
+from precisionlab.quant import QuantizedTensor, Scheme, parse_scheme, quantize
 from precisionlab.rounding import NanPolicy, Rounding, decode, encode, neighbours, round_to, ulp
 
 __version__ = "0.1.0"
@@ -20,12 +22,16 @@ __all__ = [
     "IntFormat",
     "NanPolicy",
     "Overflow",
+    "QuantizedTensor",
     "Rounding",
+    "Scheme",
     "decode",
     "encode",
     "get_format",
     "list_formats",
     "neighbours",
+    "parse_scheme",
+    "quantize",
     "round_to",
     "ulp",
 ]
