@@ -90,7 +90,7 @@ def range_precision_figure(formats: list[FloatFormat]) -> Figure:
         Series(
             f.name,
             [f.decimal_digits],
-            [math.log10(f.max_finite / f.min_subnormal)],
+            [math.log10(f.max_finite) - math.log10(f.min_subnormal)],  # the ratio overflows for fp64
             kind="scatter",
         )
         for f in formats
@@ -101,6 +101,7 @@ def range_precision_figure(formats: list[FloatFormat]) -> Figure:
         xlabel="precision: decimal digits (M+1)·log10 2",
         ylabel="dynamic range: decades from min subnormal to max finite",
         series=series,
+        yscale="log",
     )
 
 
