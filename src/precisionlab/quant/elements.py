@@ -23,6 +23,7 @@ from precisionlab.formats import FloatFormat, IntFormat, get_format
 from precisionlab.formats.codebook import CodebookFormat, get_codebook
 from precisionlab.rounding import encode
 from precisionlab.rounding.codes import decode_table
+from precisionlab.rounding.engine import table_index, table_representatives
 
 ElementFormat = FloatFormat | IntFormat | CodebookFormat
 
@@ -73,7 +74,7 @@ class Codec:
         if isinstance(fmt, CodebookFormat):
             return fmt.encode(v)
         if v.dtype == np.float32:
-            return np.take(_code_table(fmt), _table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
+            return np.take(_code_table(fmt), table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
         return np.asarray(encode(np.ascontiguousarray(v), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
 
     def encode_affine(self, v: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
@@ -85,17 +86,6 @@ class Codec:
         q += zero_point
         np.clip(q, fmt.min_value, fmt.max_value, out=q)
         return _int_codes(q, fmt)
-
-
-def _table_index(u: np.ndarray) -> np.ndarray:
-    """(top 16 bits of a float32) * 2 + (any of the low 16 bits set): the rounding table's index
-    (`precisionlab.rounding.engine.table_index`, in five passes instead of six)."""
-    idx = u >> np.uint32(15)
-    idx &= np.uint32(0x1FFFE)
-    low = u & np.uint32(0xFFFF)
-    np.minimum(low, np.uint32(1), out=low)
-    idx |= low
-    return idx
 
 
 def _int_codes(q: np.ndarray, fmt: IntFormat) -> np.ndarray:
@@ -122,9 +112,7 @@ def _values(fmt: ElementFormat) -> np.ndarray:
 @lru_cache(maxsize=32)
 def _code_table(fmt: FloatFormat) -> np.ndarray:
     """Codes for every (top 16 bits, sticky) pattern of a float32, by the exact engine."""
-    index = np.arange(1 << 17, dtype=np.uint32)
-    representatives = (((index >> 1) << 16) | (index & 1)).view(np.float32)
-    table = np.asarray(encode(representatives, fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
+    table = np.asarray(encode(table_representatives(), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
     table.flags.writeable = False
     return table
 

@@ -234,20 +234,27 @@ def table_applies(fmt: FloatFormat, dom: Domain, rounding: Rounding) -> bool:
     return dom is F32 and fmt.bits <= TABLE_MAX_BITS and fmt.man_bits <= 6 and rounding is not Rounding.STOCHASTIC
 
 
+@lru_cache(maxsize=1)
+def table_representatives() -> np.ndarray:
+    """One float32 per table entry: entry i has top 16 bits i >> 1 and low bits i & 1 (read-only)."""
+    index = np.arange(1 << 17, dtype=np.uint32)
+    representatives = (((index >> 1) << 16) | (index & 1)).view(np.float32)
+    representatives.flags.writeable = False
+    return representatives
+
+
 @lru_cache(maxsize=64)
 def rounding_table(plan: FloatPlan) -> np.ndarray:
-    index = np.arange(1 << 17, dtype=np.uint32)
-    representatives = ((index >> 1) << 16) | (index & 1)
     relaxed = FloatPlan(plan.fmt, plan.dom, plan.rounding, plan.overflow, NanPolicy.ZERO)
-    return round_float_chunk(representatives.view(np.float32), relaxed, None)
+    return round_float_chunk(table_representatives().copy(), relaxed, None)
 
 
 def table_index(u: np.ndarray) -> np.ndarray:
-    low = u & np.uint32(0xFFFF)
-    low += np.uint32(0xFFFF)
-    low >>= np.uint32(16)  # 1 if any low bit is set
+    """(top 16 bits of float32 bits u) * 2 + (1 if any of the low 16 bits is set), in five passes."""
     idx = u >> np.uint32(15)
-    idx &= np.uint32(~1 & 0x1FFFF)
+    idx &= np.uint32(0x1FFFE)
+    low = u & np.uint32(0xFFFF)
+    np.minimum(low, np.uint32(1), out=low)
     idx |= low
     return idx
 
