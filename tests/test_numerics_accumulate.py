@@ -22,6 +22,8 @@ from precisionlab.numerics import (
     two_sum,
 )
 
+from .reference import floor_log2
+
 # (M, emin, max finite, overflow value) straight from each format's definition (seed table).
 SPECS = {
     "fp16": (10, -14, Fraction(65504), math.inf),
@@ -33,15 +35,6 @@ SPECS = {
     "e4m3fnuz": (3, -7, Fraction(240), math.nan),
     "e2m1": (1, 0, Fraction(6), 6.0),
 }
-
-
-def floor_log2(q: Fraction) -> int:
-    e = q.numerator.bit_length() - q.denominator.bit_length()
-    while Fraction(2) ** e > q:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= q:
-        e += 1
-    return e
 
 
 def ref_round(q: Fraction, name: str) -> float:
