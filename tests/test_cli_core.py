@@ -124,3 +124,12 @@ def test_lab_out_dir_writes_json_and_png(run_cli, tmp_path: Path) -> None:  # ty
 
 def test_version(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert pl.__version__ in run_cli("--version").output
+
+
+@pytest.mark.parametrize(("args", "needle"), [(("formats", "--codes"), "requires an argument"),
+                                              (("explain", "1", "--bogus"), "--bogus"),
+                                              (("nosuchcommand",), "No such command")])
+def test_click_usage_errors_are_one_line_too(run_cli, args: tuple[str, ...], needle: str) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli(*args)
+    assert result.exit_code == 2
+    assert needle in result.output and len(result.output.strip().splitlines()) == 1

@@ -19,6 +19,11 @@ class FriendlyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # click would print three lines (usage, hint, error); keep it to one.
+            where = (exc.ctx or ctx).command_path
+            click.echo(f"error: {exc.format_message()} (see `{where} --help`)", err=True)
+            ctx.exit(2)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except (ValueError, TypeError, OSError, KeyError) as exc:
