@@ -167,8 +167,24 @@ def test_gpu_lab_code_path_runs_under_the_interpreter(k: SimpleNamespace) -> Non
         assert status[name] == "PASS", name
     f = result.findings
     assert f["machine.copy_gbps"] > 0 and f["gemm.fp8_promotion_error_gain"] > 0
-    assert f["gpu.torch_bf16.fraction_of_ceiling"] == pytest.approx(1.0)
+    # Toy sizes stay in cache, so a rate can beat the measured copy-bandwidth roof: only sanity here;
+    # the roofline arithmetic itself is checked with hand numbers below.
+    assert f["gpu.torch_bf16.fraction_of_ceiling"] > 0
     assert len(result.section("fp8_accumulation").rows) == 5
+
+
+def test_fraction_of_ceiling_uses_the_lower_roof(k: SimpleNamespace) -> None:
+    bench = importlib.reload(importlib.import_module("precisionlab.gemm.kernels.bench"))
+    # 1 GFLOP in 1 ms = 1 TFLOP/s, the best torch bf16 rate; 1 MB moved: intensity 1000 FLOP/B.
+    best = bench.GpuRow("torch_bf16", "torch", "bf16", "64x64x64", ms=1.0, flops=1e9, bytes=1e6)
+    half = bench.GpuRow("triton_bf16", "triton", "bf16", "64x64x64", ms=2.0, flops=1e9, bytes=1e6)
+    report = bench.BenchReport("cpu", rows=[best, half], copy_gbps=10_000.0)  # memory roof 10 PFLOP/s
+    assert report.fraction_of_ceiling(best) == pytest.approx(1.0)
+    assert report.fraction_of_ceiling(half) == pytest.approx(0.5)
+    report.copy_gbps = 0.5  # memory roof 1000 FLOP/B x 0.5 GB/s = 0.5 TFLOP/s now binds
+    assert report.fraction_of_ceiling(half) == pytest.approx(1.0)
+    copy = bench.GpuRow("axpy", "triton", "fp32", "n", ms=1.0, flops=0, bytes=4e5)  # 0.4 GB/s
+    assert report.fraction_of_ceiling(copy) == pytest.approx(0.8)
 
 
 def test_axpy_gpu_backend_code_path_under_the_interpreter(k: SimpleNamespace) -> None:
