@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from precisionlab.formats import Encoding, FloatFormat, IntFormat
-from precisionlab.rounding.engine import F32, F64, Domain
+from precisionlab.rounding.engine import F32, Domain
 
 
 def code_dtype(bits: int) -> type[np.unsignedinteger]:
@@ -143,5 +143,3 @@ def decode_int_codes(codes: np.ndarray, fmt: IntFormat) -> np.ndarray:
         c = np.where(c >= (1 << (fmt.bits - 1)), c - (1 << fmt.bits), c)
     return c.astype(value_dtype(fmt))
 
-
-__all__ = ["F32", "F64", "code_dtype", "decode_float", "decode_int_codes", "encode_float_values", "encode_int_values"]

@@ -38,7 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from precisionlab.formats import Encoding, FloatFormat, IntFormat, Overflow
+from precisionlab.formats import FloatFormat, IntFormat, Overflow
 from precisionlab.rounding.modes import NanPolicy, Rounding
 
 CHUNK = 1 << 16
@@ -54,21 +54,30 @@ class Domain:
 
     float_dtype: type[np.floating]
     uint_dtype: type[np.unsignedinteger]
+    exp_bits: int
     man_bits: int
-    emin: int
-    emax: int
+
+    @property
+    def emax(self) -> int:
+        """Also the exponent bias."""
+        return (1 << (self.exp_bits - 1)) - 1
+
+    @property
+    def emin(self) -> int:
+        return 1 - self.emax
 
     @property
     def sign_bit(self) -> int:
-        return 1 << (self.man_bits + (8 if self.man_bits == 23 else 11))
+        return 1 << (self.exp_bits + self.man_bits)
 
     @property
     def inf_bits(self) -> int:
-        return (self.emax * 2 + 1) << self.man_bits
+        """Bit pattern of +inf: all-ones exponent, zero mantissa."""
+        return ((1 << self.exp_bits) - 1) << self.man_bits
 
 
-F32 = Domain(np.float32, np.uint32, 23, -126, 127)
-F64 = Domain(np.float64, np.uint64, 52, -1022, 1023)
+F32 = Domain(np.float32, np.uint32, 8, 23)
+F64 = Domain(np.float64, np.uint64, 11, 52)
 
 
 def _fits(fmt: FloatFormat, dom: Domain) -> bool:
@@ -325,7 +334,3 @@ def round_int_array(flat: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: N
     stochastic = rounding is Rounding.STOCHASTIC
     map_chunks(lambda c: round_int_chunk(c, fmt, rounding, nan, rng), flat, out, parallel=not stochastic)
     return out
-
-
-def is_ieee_like(fmt: FloatFormat) -> bool:
-    return fmt.encoding is Encoding.IEEE
