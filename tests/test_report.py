@@ -54,3 +54,15 @@ def test_terminal_prints_brackets_literally() -> None:
     render(result, Console(file=buffer, width=200))
     text = buffer.getvalue()
     assert "[bold]a[/bold]" in text and "see [1]" in text and "k[0]" in text and "Lab [x]" in text
+
+
+def test_written_files_get_the_usual_permissions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import stat
+
+    from precisionlab.report.outputs import atomic_write_text
+
+    path = atomic_write_text(tmp_path / "r.json", "{}")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask

@@ -28,11 +28,19 @@ def atomic_write_text(path: Path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, _default_mode())  # mkstemp creates 0600; a report is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _default_mode() -> int:
+    """0666 less the process umask: the mode open() would have given a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_figures(result: LabResult, out_dir: Path) -> list[Path]:
