@@ -214,6 +214,9 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
     packed = np.empty(packed_nbytes(lay.n_stored, cod.bits), dtype=np.uint8)
     np_ = lay.padded[2]
     per_bytes = packed_nbytes(1, cod.bits)
+    # a chunk that starts inside a packing group (sub-byte codes, 2-D blocks over several
+    # batches of an odd size) cannot be packed on its own: collect every code, pack once
+    codes_all = None if _aligned(tasks, lay, cod.bits) else np.empty(lay.n_stored, dtype=np.uint8)
 
     def one(task: Task) -> None:
         b, r0, r1 = task
@@ -240,11 +243,17 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         if params.bad is not None:
             codes[np.broadcast_to(params.bad[:, None, :, None], codes.shape)] = 0
         start = (b * lay.padded[1] + r0) * np_
-        chunk_packed = pack(codes.reshape(-1, np_)[: r1 - r0], cod.bits)
+        chunk_codes = codes.reshape(-1, np_)[: r1 - r0]
+        if codes_all is not None:
+            codes_all[start : start + chunk_codes.size] = chunk_codes.reshape(-1)
+            return
+        chunk_packed = pack(chunk_codes, cod.bits)
         offset = start // _per_group(cod.bits) * per_bytes
         packed[offset : offset + chunk_packed.size] = chunk_packed
 
     _run(tasks, one, lay.n_stored)
+    if codes_all is not None:
+        packed[...] = pack(codes_all, cod.bits)
     if pre is not None:
         scale_grid[...] = pre.scale
         if zero_grid is not None and pre.zero_point is not None:
@@ -264,6 +273,12 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
 
 def _per_group(bits: int) -> int:
     return 4 if bits in (2, 6) else 2 if bits == 4 else 1
+
+
+def _aligned(tasks: list[Task], lay: Layout, bits: int) -> bool:
+    """True when every chunk starts on a packing-group boundary (so chunks pack independently)."""
+    per = _per_group(bits)
+    return all((b * lay.padded[1] + r0) * lay.padded[2] % per == 0 for b, r0, _ in tasks)
 
 
 def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -297,16 +312,21 @@ def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
     n = lay.view[2]
     per_bytes = packed_nbytes(1, cod.bits)
     tasks = _tasks(lay, cod.bits)
+    codes_all = None if _aligned(tasks, lay, cod.bits) else unpack(q.packed, cod.bits, lay.n_stored)
 
     def one(task: Task) -> None:
         b, r0, r1 = task
         count = (r1 - r0) * np_
-        offset = (b * lay.padded[1] + r0) * np_ // _per_group(cod.bits) * per_bytes
-        raw = q.packed[offset : offset + packed_nbytes(count, cod.bits)]
-        if pairs is not None and count % 2 == 0:
-            vals = np.take(pairs, raw).view(np.float32).reshape(r1 - r0, np_)
+        start = (b * lay.padded[1] + r0) * np_
+        if codes_all is not None:
+            vals = np.take(values, codes_all[start : start + count]).reshape(r1 - r0, np_)
         else:
-            vals = np.take(values, unpack(raw, cod.bits, count)).reshape(r1 - r0, np_)
+            offset = start // _per_group(cod.bits) * per_bytes
+            raw = q.packed[offset : offset + packed_nbytes(count, cod.bits)]
+            if pairs is not None and count % 2 == 0:
+                vals = np.take(pairs, raw).view(np.float32).reshape(r1 - r0, np_)
+            else:
+                vals = np.take(values, unpack(raw, cod.bits, count)).reshape(r1 - r0, np_)
         rows = r1 - r0
         if lay.whole_rows:
             sel = divisor[b, 0:1][:, None, :, None], (None if q.zero_points is None else q.zero_points[b, 0:1])
