@@ -161,3 +161,16 @@ def test_cli_model_override_and_terminal(run_cli) -> None:  # type: ignore[no-un
 ])
 def test_cli_bad_input_exit_2(run_cli, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     assert run_cli("advise", *args).exit_code == 2
+
+
+def test_cli_one_gpu_only(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("advise", "--gpu", "h100,mi300x")
+    assert result.exit_code == 2
+    assert "one target accelerator" in result.output and result.output.strip().count("\n") == 0
+
+
+def test_kv_context_label_is_exact() -> None:
+    # 100000 tokens is not a whole number of k (1024): the label must not round it to "97k"
+    advice = advise("kv_cache", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", long_context=100_000))
+    assert "100000 tokens" in advice.title
+    assert advise("kv_cache", H100).facts["ctx_label"] == "128k"

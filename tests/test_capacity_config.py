@@ -130,3 +130,10 @@ def test_mixtral_style_moe_against_published_totals() -> None:
     p = model_from_config(data, "mixtral").params()
     assert p.total / 1e9 == pytest.approx(46.7, abs=0.05)
     assert p.active / 1e9 == pytest.approx(12.9, abs=0.05)
+
+
+def test_binary_file_is_a_one_line_malformed_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError, match=r"malformed config\.json .*not UTF-8"):
+        load_config(path)

@@ -244,3 +244,79 @@ def test_capacity_imports_no_heavy_peers() -> None:
             "precisionlab.labs.advise; print(sorted({'torch', 'triton', 'matplotlib', 'rich'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---- more hand calculations (every expected value written out from the formulas, not from the code) -------
+
+LLAMA3_8B_PARAMS = 8_030_261_248
+LLAMA3_8B_EMBEDDING = 128256 * 4096
+H100_BW, H100_BF16 = 3350e9, 989.5e12
+
+
+def test_deepseek_v3_parameters_by_hand_and_active_against_deepseek() -> None:
+    # config.json fields: h 7168, q_lora 1536, kv_lora 512, rope 64, nope 128, v 128, 128 heads, 61 layers,
+    # 3 dense layers (intermediate 18432), 58 MoE layers of 256 routed + 1 shared experts (2048), top-8, vocab 129280
+    h = 7168
+    attention = h * 1536 + 1536 * 128 * (128 + 64) + h * (512 + 64) + 512 * 128 * (128 + 128) + 128 * 128 * h
+    norms = 1536 + 512 + 2 * h
+    dense = 3 * 3 * h * 18432
+    moe = 58 * ((256 + 1) * 3 * h * 2048 + 256 * h)
+    total = 61 * (attention + norms) + dense + moe + 2 * 129280 * h + h
+    p = get_model("deepseek_v3").params()
+    assert p.total == total
+    # DeepSeek's weight notes: 36.6B activated parameters (output head included, embedding lookup not)
+    assert p.matmul_active / 1e9 == pytest.approx(36.6, abs=0.05)
+
+
+def test_decode_at_batch_by_hand() -> None:
+    weights = (LLAMA3_8B_PARAMS - LLAMA3_8B_EMBEDDING) * 2            # bf16, the embedding table is not read
+    cache = 32 * 8192 * 131072                                          # 32 sequences of 8192 fp16 tokens
+    flops = 32 * (2 * (LLAMA3_8B_PARAMS - LLAMA3_8B_EMBEDDING) + 32 * 4 * 32 * 128 * 8192)
+    step = decode_step(LLAMA3_8B, H100, "bf16", "fp16", 8192, batch=32)
+    assert step.roof.bytes == weights + cache
+    assert step.roof.flops == flops
+    time = max((weights + cache) / H100_BW, flops / H100_BF16)
+    assert step.tokens_per_s == pytest.approx(32 / time, rel=1e-12)
+    assert step.roof.intensity == pytest.approx(flops / (weights + cache), rel=1e-12)
+
+
+def test_tensor_parallel_decode_by_hand() -> None:
+    # tp=2: half the weights and half the 8 KV heads per device; all-reduce ignored
+    weights = (LLAMA3_8B_PARAMS - LLAMA3_8B_EMBEDDING) * 2 / 2
+    cache = 8192 * 131072 * 4 / 8
+    step = decode_step(LLAMA3_8B, H100, "bf16", "fp16", 8192, batch=1, tp=2)
+    assert step.roof.bytes == pytest.approx(weights + cache, rel=1e-12)
+    assert step.tokens_per_s == pytest.approx(H100_BW / (weights + cache), rel=1e-12)
+
+
+def test_prefill_by_hand() -> None:
+    prompt = 4096
+    matmul = LLAMA3_8B_PARAMS - LLAMA3_8B_EMBEDDING
+    attention = 32 * 4 * 32 * 128 * (prompt * (prompt + 1) // 2)       # causal: position i attends to i tokens
+    flops = 2 * matmul * prompt + attention
+    bytes_moved = matmul * 2 + prompt * 131072                          # weights once, the prompt's cache written
+    roof = prefill(LLAMA3_8B, H100, "bf16", "fp16", prompt)
+    assert roof.flops == flops and roof.bytes == bytes_moved
+    assert roof.time == pytest.approx(flops / H100_BF16, rel=1e-12)     # compute-bound
+    assert roof.intensity > roof.ridge
+
+
+def test_crossover_with_quantized_weights_by_hand() -> None:
+    # int4 g128 weights: linears at 4 + 32/128 bits, embedding + lm_head + norms at 16 bits
+    h, layers = 4096, 32
+    linear = layers * (2 * h * h + 2 * h * 1024 + 3 * h * 14336)
+    kept = LLAMA3_8B_PARAMS - linear
+    weights = linear * 4.25 / 8 + kept * 2
+    assert weight_bytes(LLAMA3_8B, "int4") == pytest.approx(weights, rel=1e-12)
+    # fp8 cache: 65536 bytes per token; crossover = first L with L * 65536 > weights
+    assert cache_exceeds_weights_context(LLAMA3_8B, "int4", "fp8", 1) == math.floor(weights / 65536) + 1
+    assert cache_exceeds_weights_context(LLAMA3_8B, "int4", "fp8", 8) == math.floor(weights / (8 * 65536)) + 1
+
+
+def test_seed_example_ridge_ratio() -> None:
+    # seed: 2 FLOP per weight over 2 bytes is 1 FLOP/byte in fp16, against a ridge of 1e15 / 3e12 = 333.3
+    roof = bare_decode(13e9, 16, SEED_GPU)
+    assert roof.intensity == 1.0
+    assert roof.ridge == pytest.approx(1e15 / 3e12)
+    assert 100 < roof.ridge / roof.intensity < 1000  # two orders of magnitude
+    assert 1 / roof.time == pytest.approx(3e12 / 26e9)

@@ -262,4 +262,10 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-__all__ = ["PRESETS", "ModelShape", "ParamCounts", "ceil_div", "finding_key", "get_model", "preset_keys"]
+def context_label(tokens: int) -> str:
+    """A context length as it is usually written: 4096 -> '4k', 131072 -> '128k', 1000 -> '1000'."""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
+__all__ = ["PRESETS", "ModelShape", "ParamCounts", "ceil_div", "context_label", "finding_key", "get_model",
+           "preset_keys"]

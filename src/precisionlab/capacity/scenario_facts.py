@@ -23,7 +23,7 @@ from precisionlab.capacity.format_choice import (
     unit_roundoff,
 )
 from precisionlab.capacity.memory import DEFAULT_RESERVE, GB, GiB, cache_exceeds_weights_context, max_batch
-from precisionlab.capacity.models import ModelShape, get_model
+from precisionlab.capacity.models import ModelShape, context_label, get_model
 from precisionlab.capacity.roofline import decode_step, prefill
 from precisionlab.capacity.schemes import (
     KV_SCHEMES,
@@ -161,7 +161,7 @@ def kv_facts(inp: Inputs) -> dict[str, Any]:
     dbatch = max(1, min(inp.batch, fit16.batch or 1))
     return {
         "format": "fp8 (e4m3) KV cache",
-        "model": model.name, "gpu": acc.name, "ctx": ctx, "ctx_label": f"{ctx // 1024}k",
+        "model": model.name, "gpu": acc.name, "ctx": ctx, "ctx_label": context_label(ctx),
         "past_max": (f"; past {model.name}'s {model.max_context}-token maximum, so a long-context variant"
                      if ctx > model.max_context else ""),
         "e4m3_decades": decades_at(get_format("e4m3"), 1.0),

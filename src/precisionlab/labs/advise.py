@@ -69,7 +69,10 @@ def run(scenario: str = "all", model: str | None = None, config: str | Path | No
         raise ValueError(f"unknown scenario {scenario!r}; choose from all, {', '.join(SCENARIOS)}")
     if batch <= 0 or context <= 0 or long_context <= 0:
         raise ValueError("batch, context and long context must be positive")
-    gpu_name = gpu.split(",")[0].strip()
+    names = [g.strip() for g in gpu.split(",") if g.strip()]
+    if len(names) != 1:
+        raise ValueError(f"advise takes one target accelerator, got {gpu!r}")
+    gpu_name = names[0]
     key = finding_key(gpu_name)
     shape = resolve_model(model or "", config, name) if (model or config) else None
     inputs = Inputs(accelerator=resolve_accelerator(gpu_name, memory, bandwidth, peak_tflops), gpu_key=key,

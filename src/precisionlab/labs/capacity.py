@@ -30,6 +30,7 @@ from precisionlab.capacity import (
     roofline,
     weight_bytes,
 )
+from precisionlab.capacity.models import context_label
 from precisionlab.formats import get_format
 from precisionlab.hardware import Accelerator, get_accelerator
 from precisionlab.labs import Lab
@@ -46,11 +47,6 @@ SEED_GPU = Accelerator("seed example GPU (3 TB/s, 1000 TFLOP/s)", memory_gb=80, 
                        peak_tflops={"bf16": 1000, "fp16": 1000}, source="seeds/000, worked example")
 SEED_MODEL = "llama2_13b"  # a real 13B shape for the "what the KV cache changes" rows
 SEED_CONTEXT = 4096
-
-
-def context_label(tokens: int) -> str:
-    """4096 -> '4k', 131072 -> '128k', 1000 -> '1000'."""
-    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
 
 def resolve_model(model: str = "llama3_8b", config: str | Path | None = None, name: str | None = None) -> ModelShape:
