@@ -107,3 +107,50 @@ def test_corrupt_files_give_clear_errors(tmp_path: Path, tensors: dict, damage: 
     path.write_bytes(blob)
     with pytest.raises(ValueError, match=r"safetensors|outside|overlap|corrupt"):
         load_quantized(path)
+
+
+def _rewrite(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+    """Re-write a file after change(tensors, metadata) edits its entries / records in place."""
+    entries, meta = read_safetensors(path)
+    raw = {name: (e.dtype, np.asarray(e.raw).reshape(e.shape).copy()) for name, e in entries.items()}
+    change(raw, meta)
+    write_safetensors(path, raw, meta)
+
+
+def _set_shape(meta: dict, name: str, shape: list) -> None:
+    record = json.loads(meta[name])
+    record["shape"] = shape
+    meta[name] = json.dumps(record)
+
+
+@pytest.mark.parametrize(("scheme", "change", "fragment"), [
+    ("nvfp4", lambda t, m: t.update({"w.tensor_scale": ("F32", np.zeros(0, np.float32))}), "needs 1 F32"),
+    ("nvfp4", lambda t, m: t.update({"w.tensor_scale": ("F32", np.array([np.nan], np.float32))}), "finite"),
+    ("nvfp4", lambda t, m: t.pop("w.tensor_scale"), "lacks its entry"),
+    ("int8:row:outliers=2", lambda t, m: t.update({"w.outlier_rows": ("F32", t["w.outlier_rows"][1])}), "F16"),
+    ("int8:row:outliers=2", lambda t, m: t.update({"w.outlier_index": ("I32", np.array([5, 64], np.int32))}),
+     "ascending rows"),
+    ("int4:g128:asym", lambda t, m: t.update({"w.zero_points": ("U8", t["w.zero_points"][1][:-1])}), "needs 64 U8"),
+    ("int4:g128", lambda t, m: t.update({"w.scales": ("F32", t["w.scales"][1].astype(np.float32))}), "needs F16"),
+    ("int4:g128", lambda t, m: _set_shape(m, "w", [64, -250]), "bad record"),
+    ("int4:g128", lambda t, m: _set_shape(m, "w", [64, 257]), "needs"),
+])
+def test_inconsistent_entries_are_refused(tmp_path: Path, scheme: str, change, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    x = np.random.default_rng(1).standard_normal((64, 250)).astype(np.float32)
+    path = tmp_path / "q.safetensors"
+    save_quantized(path, {"w": quantize(x, scheme)})
+    _rewrite(path, change)
+    with pytest.raises(ValueError, match=fragment):
+        load_quantized(path)
+
+
+def test_dotted_names_round_trip(tmp_path: Path) -> None:
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+    q = {"model.layers.0.mlp.w": quantize(x, "int4:g32"), "model.layers.0": quantize(x, "mxfp4")}
+    save_quantized(tmp_path / "q.safetensors", q)
+    back = load_quantized(tmp_path / "q.safetensors")
+    for name, value in q.items():
+        np.testing.assert_array_equal(back[name].dequantize(), value.dequantize())
+    with pytest.raises(ValueError, match="reserved"):
+        save_quantized(tmp_path / "r.safetensors", {"__metadata__": q["model.layers.0"]})
+    assert not (tmp_path / "r.safetensors").exists()

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
+from precisionlab.quant.blocks import canonical_view
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
 from precisionlab.quant.scheme import parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
@@ -38,6 +39,7 @@ from precisionlab.rounding import decode, encode
 TAG_KEY = "precisionlab.quant"
 TAG_VERSION = "1"
 MAX_HEADER = 100 * 2**20
+SOURCE_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 DTYPES: dict[str, tuple[str, int]] = {
     "F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),
@@ -58,7 +60,8 @@ class Entry:
     raw: np.ndarray
 
     def to_float32(self) -> np.ndarray:
-        """Values as float32 (BF16 and F8 decoded exactly); integer tensors are refused."""
+        """Values as floats: BF16 and F8 decoded exactly to float32, F16 / F32 / F64 as stored (a
+        memory map, no copy); integer tensors are refused."""
         if self.dtype == "BF16":
             return (self.raw.astype(np.uint32) << np.uint32(16)).view(np.float32).reshape(self.shape)
         if self.dtype in ("F8_E4M3", "F8_E5M2"):
@@ -207,8 +210,9 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
     entries: dict[str, tuple[str, np.ndarray]] = {}
     metadata = {TAG_KEY: TAG_VERSION}
     for name, q in items.items():
-        if "." in name or name == "__metadata__" or name == TAG_KEY:
-            raise ValueError(f"tensor name {name!r} may not contain '.' or be reserved")
+        # entry keys are NAME.<part> with dot-free parts, so dotted names (model.layers.0.w) cannot collide
+        if not isinstance(name, str) or not name or name in ("__metadata__", TAG_KEY):
+            raise ValueError(f"tensor name {name!r} is empty or reserved")
         entries[f"{name}.codes"] = ("U8", q.packed)
         entries[f"{name}.scales"] = _scale_entry(q)
         if q.zero_points is not None:
@@ -241,12 +245,14 @@ def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
             record = json.loads(text)
             scheme = parse_scheme(record["scheme"])
             shape = tuple(int(d) for d in record["shape"])
+            if not shape or any(d <= 0 for d in shape) or record.get("dtype") not in SOURCE_DTYPES:
+                raise ValueError(f"shape {list(shape)} / dtype {record.get('dtype')!r}")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: bad record for tensor {name!r}: {exc}") from None
         if record.get("element") != _element_description(scheme.element) or record.get("scale_format") != scheme.scale:
             raise ValueError(f"{path}: tensor {name!r} is tagged {record.get('element')!r} / "
                              f"{record.get('scale_format')!r}, which does not match its scheme {scheme}")
-        out[name] = _rebuild(path, name, entries, scheme, shape, str(record.get("dtype", "float32")))
+        out[name] = _rebuild(path, name, entries, scheme, shape, str(record["dtype"]))
     return out
 
 
@@ -258,11 +264,24 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
             raise ValueError(f"{path}: tensor {name!r} lacks its entry {key!r}")
         return entries[key]
 
+    def check(entry: Entry, dtype: str, count: int) -> np.ndarray:
+        if entry.dtype != dtype or entry.raw.size != count:
+            raise ValueError(f"{path}: entry {entry.name!r} holds {entry.raw.size} {entry.dtype} values; scheme "
+                             f"{scheme} on shape {list(shape)} needs {count} {dtype}")
+        return np.asarray(entry.raw).copy()
+
+    try:
+        _, _, view = canonical_view(shape, scheme)
+    except ValueError as exc:
+        raise ValueError(f"{path}: tensor {name!r}: {exc}") from None
     probe = QuantizedTensor(scheme, shape, dtype, np.zeros(0, np.uint8), np.zeros((1, 1, 1), np.float32))
     rows = index = None
     if scheme.outliers:
-        rows = np.asarray(need("outlier_rows").raw, dtype=np.float16).reshape(need("outlier_rows").shape)
-        index = np.asarray(need("outlier_index").raw, dtype=np.int32).copy()
+        k = scheme.outliers
+        index = check(need("outlier_index"), "I32", k).astype(np.int32)
+        if k >= view[1] or index.min() < 0 or index.max() >= view[1] or (np.diff(index) <= 0).any():
+            raise ValueError(f"{path}: tensor {name!r} outlier row indices are not {k} ascending rows of {view[1]}")
+        rows = check(need("outlier_rows"), "F16", k * view[2]).view(np.float16).reshape(k, view[2])
         probe.outlier_index = index
     lay = probe.layout
     bits = probe.element_bits
@@ -273,16 +292,24 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
     scales_entry = need("scales")
     if math.prod(scales_entry.shape) != lay.n_blocks:
         raise ValueError(f"{path}: tensor {name!r} has {math.prod(scales_entry.shape)} scales; needs {lay.n_blocks}")
-    scales = _scale_values(scales_entry.dtype, scales_entry.raw, scheme.scale, lay.grid)
+    try:
+        scales = _scale_values(scales_entry.dtype, scales_entry.raw, scheme.scale, lay.grid)
+    except ValueError as exc:
+        raise ValueError(f"{path}: tensor {name!r}: {exc}") from None
     zero_points = None
     if not scheme.symmetric:
-        zp = unpack(np.asarray(need("zero_points").raw), bits, lay.n_blocks).astype(np.int64)
+        zp = unpack(check(need("zero_points"), "U8", packed_nbytes(lay.n_blocks, bits)), bits, lay.n_blocks)
+        zp = zp.astype(np.int64)
         from precisionlab.quant.core import make_codec
 
         fmt = make_codec(scheme).fmt
         if getattr(fmt, "signed", False):
             zp = np.where(zp >= 1 << (bits - 1), zp - (1 << bits), zp)
         zero_points = zp.astype(np.float32).reshape(lay.grid)
-    tensor_scale = float(need("tensor_scale").raw[0]) if scheme.tensor_scale else None
+    tensor_scale = None
+    if scheme.tensor_scale:
+        tensor_scale = float(check(need("tensor_scale"), "F32", 1)[0])
+        if not (math.isfinite(tensor_scale) and tensor_scale > 0):
+            raise ValueError(f"{path}: tensor {name!r} has tensor scale {tensor_scale}; it must be finite and > 0")
     return QuantizedTensor(scheme, shape, dtype, np.asarray(codes.raw).copy(), scales, zero_points, tensor_scale,
                            rows, index)
