@@ -74,15 +74,29 @@ def COMMAND(value_text: str, formats_text: str | None, min_log2_n: int | None, m
 
 
 def _run_with_progress(options: dict[str, object]) -> LabResult:
-    """Run the lab with a transient progress bar on stderr (one step per section)."""
+    """Run the lab with a transient progress bar on stderr (one step per section).
+
+    The bar starts at the lab's first section, after it has checked its options, so a bad
+    option prints only the one-line error; it is not drawn when stderr is not a terminal.
+    """
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("limits", total=7)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return limits.run(**options)  # type: ignore[arg-type]
+    progress = Progress(console=console, transient=True)
+    task: TaskID | None = None
 
-        def step(section: str) -> None:
-            progress.update(task, description=f"limits: {section}")
-            progress.advance(task)
+    def step(section: str) -> None:
+        nonlocal task
+        if task is None:
+            progress.start()
+            task = progress.add_task("limits", total=limits.SECTION_STEPS)
+        progress.update(task, description=f"limits: {section}")
+        progress.advance(task)
 
+    try:
         return limits.run(progress=step, **options)  # type: ignore[arg-type]
+    finally:
+        progress.stop()

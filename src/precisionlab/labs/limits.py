@@ -35,6 +35,15 @@ from precisionlab.rounding import encode, round_to, ulp
 Progress = Callable[[str], None]
 
 MAX_BLOCKS = 4096
+MAX_ORDER_N = 1 << 24
+"""Largest summation-order sum (64 MiB of fp32 values plus a float64 copy for the exact sum)."""
+MAX_VALUES = 10**7
+"""Largest variance / drift / stall size: Welford is a per-value Python loop (~3 µs a value)
+and the pairwise stall fix holds every term in memory."""
+HEADLINE_FORMATS = ("fp16", "bf16", "fp32")
+"""Formats whose exp-overflow and 1 + t findings are always reported, whatever --formats shows."""
+SECTION_STEPS = 7
+"""Progress callbacks per run (one at the start of sections 2 to 8)."""
 DOT_ACCUMULATORS = ("fp16", "bf16", "fp32", "fp64")
 DOT_FIXES = ("fp16", "bf16")
 SOFTMAX_LOGITS = (0.0, 5.0, 10.0, 11.1, 12.0)
@@ -52,9 +61,7 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
     values to show the drift of the fixes; 0 skips), stall_count repeated additions.
     formats: float formats for sections 2-4 (default: every float)."""
     chosen = _float_formats(formats)
-    _check_sizes(value, min_log2_n, max_log2_n, order_n, variance_n, stall_count)
-    if drift_n < 0 or drift_n == 1:
-        raise ValueError(f"drift_n must be 0 (skip) or at least 2, got {drift_n}")
+    _check_sizes(value, min_log2_n, max_log2_n, order_n, variance_n, drift_n, stall_count, seed)
     say = progress or (lambda _: None)
     findings: dict[str, Scalar] = {}
     sections: list[Table] = [format_table()]
@@ -107,24 +114,30 @@ def _float_formats(names: Sequence[str] | None) -> list[FloatFormat]:
         fmt = get_format(name)
         if not isinstance(fmt, FloatFormat):
             raise ValueError(f"{fmt.name} is an integer format; the limits lab compares float formats")
-        chosen.append(fmt)
+        if fmt not in chosen:  # an alias or a repeat names the same format once
+            chosen.append(fmt)
     if not chosen:
         raise ValueError("give at least one format")
     return chosen
 
 
-def _check_sizes(value: float, min_log2_n: int, max_log2_n: int, order_n: int, variance_n: int,
-                 stall_count: int) -> None:
+def _check_sizes(value: float, min_log2_n: int, max_log2_n: int, order_n: int, variance_n: int, drift_n: int,
+                 stall_count: int, seed: int) -> None:
+    """ValueError (one line, naming the option) for any option the lab cannot run with."""
     if not math.isfinite(value):
         raise ValueError(f"value must be a finite number, got {value}")
     if not 1 <= min_log2_n <= max_log2_n <= 24:
         raise ValueError(f"need 1 <= min_log2_n <= max_log2_n <= 24, got {min_log2_n} and {max_log2_n}")
-    if order_n <= 0 or order_n % MAX_BLOCKS:
-        raise ValueError(f"order_n must be a positive multiple of {MAX_BLOCKS}, got {order_n}")
-    if variance_n < 2:
-        raise ValueError(f"variance_n must be at least 2, got {variance_n}")
-    if stall_count < 1:
-        raise ValueError(f"stall_count must be positive, got {stall_count}")
+    if not 0 < order_n <= MAX_ORDER_N or order_n % MAX_BLOCKS:
+        raise ValueError(f"order_n must be a positive multiple of {MAX_BLOCKS} up to {MAX_ORDER_N}, got {order_n}")
+    if not 2 <= variance_n <= MAX_VALUES:
+        raise ValueError(f"variance_n must be between 2 and {MAX_VALUES}, got {variance_n}")
+    if drift_n != 0 and not 2 <= drift_n <= MAX_VALUES:
+        raise ValueError(f"drift_n must be 0 (skip) or between 2 and {MAX_VALUES}, got {drift_n}")
+    if not 1 <= stall_count <= MAX_VALUES:
+        raise ValueError(f"stall_count must be between 1 and {MAX_VALUES}, got {stall_count}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
 
 
 # --- section 2: round trip ------------------------------------------------------------------
@@ -169,13 +182,21 @@ def round_trip_table(value: float, formats: list[FloatFormat], findings: dict[st
 # --- section 3: exp overflow ------------------------------------------------------------------
 
 
+def _with_headline(formats: list[FloatFormat]) -> list[FloatFormat]:
+    """The shown formats, then any headline format they lack (its finding is reported, not shown)."""
+    shown = {f.name for f in formats}
+    return formats + [f for f in map(get_format, HEADLINE_FORMATS)
+                      if f.name not in shown and isinstance(f, FloatFormat)]
+
+
 def exp_overflow_section(formats: list[FloatFormat], findings: dict[str, Scalar]) -> tuple[Table, Figure]:
     rows: list[list[Scalar]] = []
-    for fmt in formats:
+    for fmt in _with_headline(formats):
         result = exp_overflow(fmt)
-        rows.append([fmt.name, result.max_finite, result.ln_max, result.policy, result.first_saturated_x,
-                     result.first_x, result.stored_at_first_x])
         findings[f"exp_overflow_x.{fmt.name}"] = result.first_x
+        if fmt in formats:
+            rows.append([fmt.name, result.max_finite, result.ln_max, result.policy, result.first_saturated_x,
+                         result.first_x, result.stored_at_first_x])
     table = Table(
         key="exp_overflow",
         title="exp(x) overflow: first x on a 0.01 grid whose exp(x), rounded to the format, is not finite",
@@ -203,8 +224,8 @@ def exp_overflow_section(formats: list[FloatFormat], findings: dict[str, Scalar]
         ylabel="exp(x)",
         series=series,
         yscale="log",
-        vlines=[(float(v), f"{k.split('.')[1]} overflows at {v}") for k, v in findings.items()
-                if k in ("exp_overflow_x.fp16", "exp_overflow_x.fp32") and isinstance(v, float)],
+        vlines=[(float(v), f"{name} overflows at {v}") for name in ("fp16", "fp32")
+                if any(f.name == name for f in formats) and isinstance(v := findings[f"exp_overflow_x.{name}"], float)],
         note="Where the curve crosses a format's line, exp(x) stops being representable in that format.",
     )
     return table, figure
@@ -238,11 +259,12 @@ def softmax_table(findings: dict[str, Scalar]) -> Table:
 def one_plus_table(formats: list[FloatFormat], findings: dict[str, Scalar]) -> Table:
     ts = list(POWERS_OF_TEN)
     rows: list[list[Scalar]] = []
-    for fmt in formats:
+    for fmt in _with_headline(formats):
         results = one_plus(ts, fmt).tolist()
         smallest = smallest_surviving_update(fmt, ts)
-        rows.append([fmt.name, fmt.eps / 2, *results, smallest])
         findings[f"smallest_surviving_update.{fmt.name}"] = smallest
+        if fmt in formats:
+            rows.append([fmt.name, fmt.eps / 2, *results, smallest])
     columns = ["format", "ulp(1)/2", *[f"1+1e-{k}" for k in range(1, 9)], "smallest surviving t"]
     return Table(
         key="one_plus",
