@@ -229,3 +229,15 @@ def test_every_element_and_granularity_on_nd_with_axis(element: str, granularity
     assert out.shape == x.shape
     np.testing.assert_array_equal(out, np.moveaxis(moved.dequantize(), -1, 1))
     assert float(np.abs(out - x).max()) <= 0.6 * float(np.abs(x).max())  # sane, not garbage
+
+
+def test_outlier_row_beyond_fp16_is_an_error() -> None:
+    x = np.ones((4, 8), dtype=np.float32)
+    x[2] *= 70000.0  # fp16 max is 65504: the kept row would become inf
+    with pytest.raises(ValueError, match="beyond fp16's range"):
+        quantize(x, "int8:row:outliers=1")
+    x[2] = 60000.0
+    assert (quantize(x, "int8:row:outliers=1").dequantize()[2] == 60000.0).all()  # 60000 = 1875 * 2^5, exact
+    x[2, 3] = np.nan  # a NaN row is the "largest" and is kept as is
+    out = quantize(x, "int8:row:outliers=1").dequantize()
+    assert np.isnan(out[2, 3]) and np.isfinite(np.delete(out, 2, axis=0)).all()

@@ -282,7 +282,10 @@ def _aligned(tasks: list[Task], lay: Layout, bits: int) -> bool:
 
 
 def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Keep the k rows with the largest amax (ties: the lower row) out of the payload, in fp16."""
+    """Keep the k rows with the largest amax (ties: the lower row) out of the payload, in fp16.
+
+    A row holding NaN or inf counts as the largest and is kept as is (fp16 stores both); a
+    finite value that fp16 would overflow to inf is an error."""
     m = view.shape[1]
     if k >= m:
         raise ValueError(f"outliers={k} would keep every one of the {m} rows in fp16")
@@ -292,7 +295,12 @@ def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[
     index = np.sort(order[:k]).astype(np.int32)
     keep = np.ones(m, dtype=bool)
     keep[index] = False
-    rows_fp16 = view[0, index, :].astype(np.float16)
+    kept = view[0, index, :]
+    with np.errstate(over="ignore"):
+        rows_fp16 = kept.astype(np.float16)
+    if (np.isinf(rows_fp16) & np.isfinite(kept)).any():
+        raise ValueError(f"outliers={k}: a kept row holds values beyond fp16's range (max 65504), which fp16 would "
+                         "store as inf; scale the tensor down or quantize without outliers=")
     rest = np.ascontiguousarray(view[:, keep, :]).astype(work, copy=False)
     return rest, rows_fp16, index
 
