@@ -61,3 +61,52 @@ def test_bad_optimizer_recipe_and_sharding() -> None:
         bill("fp32", "adam").per_device_bytes(1e9, 4, 5)
     with pytest.raises(ValueError, match="devices"):
         bill("fp32", "adam").per_device_bytes(1e9, 0, 1)
+
+
+# Hand tables: bytes per element of each tensor, per recipe (fp32 4, bf16 2, e4m3 1), and the optimizer state
+# per parameter from each paper's definition, for a recipe whose state elements take s bytes.
+HAND_COMPONENTS = {  # weights, weight copy, master, gradients, state element bytes s
+    "fp32": (4, 0, 0, 4, 4),
+    "mixed_precision": (2, 0, 4, 2, 4),
+    "bf16_no_master": (2, 0, 0, 2, 2),
+    "fp8_mixed": (2, 1, 4, 2, 4),
+    "fp8_lean": (1, 0, 4, 2, 2),
+}
+D = 4096  # Adafactor's square matrix side
+
+
+def hand_state(optimizer: str, s: int) -> float:
+    return {
+        "adam": 2 * s,                      # Kingma & Ba: first and second moment
+        "adamw": 2 * s,                     # Loshchilov & Hutter: same state as Adam
+        "sgd": s,                           # one momentum buffer
+        "adafactor": s * (D + D) / (D * D),  # Shazeer & Stern: row and column accumulators, beta1 = 0
+        "adam8bit": 2 * (1 + 4 / 2048),     # Dettmers et al.: two int8 states, one fp32 absmax per 2048 block
+    }[optimizer]
+
+
+@pytest.mark.parametrize("recipe", sorted(HAND_COMPONENTS))
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd", "adafactor", "adam8bit"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_every_recipe_optimizer_and_zero_stage_by_hand(recipe: str, optimizer: str, stage: int) -> None:
+    w, copy, master, g, s = HAND_COMPONENTS[recipe]
+    k = hand_state(optimizer, s)
+    n, params = 8, 3e9
+    # ZeRO (Rajbhandari et al.): stage 1 partitions optimizer state (incl. master), 2 adds gradients, 3 parameters
+    per_param = {
+        0: w + copy + master + g + k,
+        1: w + copy + g + (master + k) / n,
+        2: w + copy + (g + master + k) / n,
+        3: (w + copy + g + master + k) / n,
+    }[stage]
+    b = bill(recipe, optimizer)
+    assert b.bytes_per_param == pytest.approx(w + copy + master + g + k, rel=1e-15)
+    assert b.per_device_bytes(params, n, stage) == pytest.approx(per_param * params, rel=1e-14)
+
+
+def test_zero_paper_worked_example() -> None:
+    # ZeRO paper, Figure 1: 7.5B parameters, mixed-precision Adam (K = 12), 64 devices:
+    # 120 GB baseline, 31.4 GB (P_os), 16.6 GB (P_os+g), 1.9 GB (P_os+g+p)
+    b = bill("mixed_precision", "adam")
+    got = [b.per_device_bytes(7.5e9, 64, stage) / 1e9 for stage in range(4)]
+    assert [round(v, 1) for v in got] == [120.0, 31.4, 16.6, 1.9]
