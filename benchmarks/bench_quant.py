@@ -74,6 +74,39 @@ def torchao_peer(w: np.ndarray, repeat: int) -> dict[str, float] | None:
             return dequantize_affine(qd, block, s, z, torch.int8, qmin, qmax)
         tt, _ = _time(run, repeat)
         out[name] = w.size / tt / 1e6
+    out.update(_torchao_block_peers(t, repeat))
+    return out
+
+
+def _torchao_block_peers(t: object, repeat: int) -> dict[str, float]:
+    """mxfp4 quantize + dequantize (to_mx / to_dtype) and nvfp4 quantize only, where torchao has them."""
+    import torch
+
+    out: dict[str, float] = {}
+    try:
+        from torchao.prototype.mx_formats import mx_tensor  # type: ignore[import-not-found]
+
+        elem = torch.float4_e2m1fn_x2
+
+        def mx() -> object:
+            scale, data = mx_tensor.to_mx(t, elem, 32)
+            return mx_tensor.to_dtype(data, scale, elem, 32, torch.float32)
+
+        tt, _ = _time(mx, repeat)
+        out["mxfp4"] = t.numel() / tt / 1e6  # type: ignore[attr-defined]
+    except Exception as exc:  # a peer that fails to run is reported, not fatal
+        print(f"torchao mxfp4: not run ({type(exc).__name__}: {exc})")
+    try:
+        from torchao.prototype.mx_formats import nvfp4_tensor  # type: ignore[import-not-found]
+
+        def nv() -> object:
+            g = nvfp4_tensor.per_tensor_amax_to_scale(t.abs().max())  # type: ignore[attr-defined]
+            return nvfp4_tensor.nvfp4_quantize(t, 16, g)
+
+        tt, _ = _time(nv, repeat)
+        out["nvfp4 (quantize only)"] = t.numel() / tt / 1e6  # type: ignore[attr-defined]
+    except Exception as exc:
+        print(f"torchao nvfp4: not run ({type(exc).__name__}: {exc})")
     return out
 
 
@@ -97,8 +130,9 @@ def main() -> None:
         print("torchao: not installed (no peer comparison)")
     else:
         for name, rate in peer.items():
-            print(f"torchao {name:<12} q+dq {rate:9.1f} Melem/s   precisionlab / torchao = "
-                  f"{results[name]['both'] / rate:.2f}x")
+            ours = results["nvfp4"]["quant"] if name.startswith("nvfp4") else results[name]["both"]
+            kind = "q   " if name.startswith("nvfp4") else "q+dq"
+            print(f"torchao {name:<22} {kind} {rate:9.1f} Melem/s   precisionlab / torchao = {ours / rate:.2f}x")
 
 
 if __name__ == "__main__":

@@ -220,3 +220,31 @@ def test_ue8m0_scale_option_is_the_mx_rule() -> None:
     np.testing.assert_array_equal(ints.codes, mxint8.codes)
     np.testing.assert_array_equal(ints.scales * 64, mxint8.scales)
     np.testing.assert_array_equal(ints.dequantize(), mxint8.dequantize())
+
+
+def test_mxfp6_hand_derived() -> None:
+    # e2m3: max 7.5 = 1.875 * 2^2 -> emax 2. amax 30: X = 2^(floor(log2 30) - 2) = 4.
+    # 30 / 4 = 7.5 -> 0 11 111; 1.1 / 4 = 0.275 -> nearest on the 0.125 subnormal grid is 0.25 (0 00 010);
+    # -3 / 4 = -0.75 -> 1 00 110 (subnormal 6/8)
+    q = quantize(block([30.0, 1.1, -3.0]), "mxfp6")
+    assert q.scales[0, 0] == 4.0
+    assert q.codes[0, :3].tolist() == [0b011111, 0b000010, 0b100110]
+    np.testing.assert_array_equal(q.dequantize()[0, :3], [30.0, 1.0, -3.0])
+    # e3m2: max 28 = 1.75 * 2^4 -> emax 4. amax 30: X = 2^(4 - 4) = 1 and 30 clips to 28 (FLOOR): 0 111 11
+    q = quantize(block([30.0, 1.1]), "mxfp6_e3m2")
+    assert q.scales[0, 0] == 1.0 and q.codes[0, 0] == 0b011111 and q.dequantize()[0, 0] == 28.0
+    # 1.1 -> e3m2 near 1 has spacing 0.25: 1.0 (0 011 00)
+    assert q.codes[0, 1] == 0b001100
+    assert quantize(block([30.0, 1.1]), "mxfp6_e3m2:rceil").scales[0, 0] == 2.0  # 2^ceil(log2(30/28))
+
+
+@pytest.mark.parametrize("preset", ["mxfp8", "mxfp8_e5m2", "mxfp6", "mxfp6_e3m2", "mxfp4", "mxint8", "nvfp4",
+                                    "dsv3_weight", "dsv3_act"])
+def test_presets_on_nd_tensors_with_axis(preset: str) -> None:
+    # axis=1 on a (2, 48, 3) tensor = the same preset on the tensor with axis 1 moved last
+    x = np.random.default_rng(4).standard_normal((2, 48, 3)).astype(np.float32)
+    q = quantize(x, f"{preset}:axis=1")
+    moved = quantize(np.ascontiguousarray(np.moveaxis(x, 1, -1)), preset)
+    assert q.nbytes == moved.nbytes and str(q.scheme) == f"{preset}:axis=1"
+    np.testing.assert_array_equal(q.dequantize(), np.moveaxis(moved.dequantize(), -1, 1))
+    np.testing.assert_array_equal(q.codes, moved.codes)
