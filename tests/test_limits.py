@@ -3,6 +3,7 @@ against a number derived here, plus option errors (one line, exit 2) and the wri
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from fractions import Fraction
@@ -107,32 +108,91 @@ def test_dot_product_findings(lab_json: dict[str, Any]) -> None:
     assert rows[-1]["bf16"] > rows[-1]["bf16_pairwise"]
 
 
+def blocked_fp32_by_loop(values: list[float], blocks: int) -> float:
+    """B blocks summed one value at a time, then the partials: every addition a Python float64
+    addition rounded to fp32 (correctly rounded: 53 >= 2·24 + 2 bits, the innocuous double rounding)."""
+    size = len(values) // blocks
+    partials = []
+    for b in range(blocks):
+        s = 0.0
+        for v in values[b * size : (b + 1) * size]:
+            s = float(np.float32(s + v))
+        partials.append(s)
+    total = 0.0
+    for p in partials:
+        total = float(np.float32(total + p))
+    return total
+
+
 def test_summation_order_findings(lab_json: dict[str, Any]) -> None:
     f = lab_json["findings"]
     rows = section(lab_json, "summation_order")
     n = lab_json["params"]["order_n"]
-    values = np.random.default_rng(1).random(n).astype(np.float32)  # documented: default_rng(seed + 1)
-    exact = float(sum(Fraction(float(v)) for v in values))
-    ours = []
+    values = np.random.default_rng(1).random(n).astype(np.float32).tolist()  # documented: default_rng(seed + 1)
+    exact = float(sum(Fraction(v) for v in values))
+    expected = {4**k: blocked_fp32_by_loop(values, 4**k) for k in range(7)}  # B = 1, 4, ..., 4096
+    assert [row["blocks B"] for row in rows] == list(expected)
     for row in rows:
         b = row["blocks B"]
-        ours.append(row["fp32 result"])
+        assert row["fp32 result"] == expected[b]
         k = n // b + b - 2  # additions on the longest path; positive values, so Σ|x| = the sum
         assert abs(row["fp32 result"] - exact) <= k * 2.0**-24 / (1 - k * 2.0**-24) * exact
-    assert f["summation_order.distinct_results"] == len(set(ours)) > 1
-    assert f["summation_order.relative_spread"] == pytest.approx((max(ours) - min(ours)) / exact)
+    results = list(expected.values())
+    assert f["summation_order.distinct_results"] == len(set(results)) > 1
+    assert f["summation_order.relative_spread"] == pytest.approx((max(results) - min(results)) / exact, rel=1e-12)
+
+
+def variance_data(n: int) -> np.ndarray:
+    """The documented section-7 data: 1e6 + U(-1, 1) from default_rng(seed + 2), seed 0, stored in fp32."""
+    return (1e6 + np.random.default_rng(2).uniform(-1.0, 1.0, n)).astype(np.float32)
+
+
+def exact_variance(values: np.ndarray) -> Fraction:
+    xs = [Fraction(float(v)) for v in values]
+    mean = sum(xs) / len(xs)
+    return sum((x - mean) ** 2 for x in xs) / len(xs)
+
+
+def one_pass_by_loop(values: np.ndarray) -> float:
+    """Streaming Σx and Σx² with numpy float32 scalars, then fl32(Σx²/n - (Σx/n)²)."""
+    s, sq = np.float32(0), np.float32(0)
+    for v in values:
+        s = s + v
+        sq = sq + v * v
+    n = np.float32(values.size)
+    return float(sq / n - (s / n) * (s / n))
+
+
+def two_pass_by_loop(values: np.ndarray) -> float:
+    """m = tree sum / n, then the tree sum of (x - m)² / n, all in numpy float32."""
+    n = np.float32(values.size)
+    m = tree_sum_fp32(values) / n
+    d = [v - m for v in values]
+    return float(tree_sum_fp32(np.array([x * x for x in d], dtype=np.float32)) / n)
+
+
+def welford_by_loop(values: np.ndarray) -> float:
+    """Welford, written out again with numpy float32 scalars."""
+    m32, m2 = np.float32(0), np.float32(0)
+    for k, v in enumerate(values, start=1):
+        delta = v - m32
+        m32 = m32 + delta / np.float32(k)
+        m2 = m2 + delta * (v - m32)
+    return float(m2 / np.float32(values.size))
 
 
 def test_variance_findings(lab_json: dict[str, Any]) -> None:
     f = lab_json["findings"]
     n = lab_json["params"]["variance_n"]
-    values = (1e6 + np.random.default_rng(2).uniform(-1.0, 1.0, n)).astype(np.float32)  # default_rng(seed + 2)
-    xs = [Fraction(float(v)) for v in values]
-    mean = sum(xs) / n
-    exact = float(sum((x - mean) ** 2 for x in xs) / n)
+    values = variance_data(n)
+    exact = float(exact_variance(values))
+    assert abs(exact - 1 / 3) < 0.02  # U(-1,1) has variance 1/3; the fp32 grid near 1e6 is 1/16
     assert f["variance.reference_fp64"] == pytest.approx(exact, rel=1e-12)
     one_pass = f["variance.one_pass_fp32"]
-    assert one_pass % 65536 == 0 and (one_pass < 0 or one_pass > 1000 * exact)
+    assert one_pass == one_pass_by_loop(values)
+    assert one_pass % 65536 == 0 and (one_pass < 0 or one_pass > 1000 * exact)  # visibly wrong
+    assert f["variance.two_pass_fp32"] == two_pass_by_loop(values)
+    assert f["variance.welford_fp32"] == welford_by_loop(values)
     assert abs(f["variance.two_pass_fp32"] - exact) < 0.05 * exact
     assert abs(f["variance.welford_fp32"] - exact) < 0.05 * exact
 
@@ -142,18 +202,25 @@ def test_fp8_findings(lab_json: dict[str, Any]) -> None:
     assert f["fnuz_vs_ocp.decode_ratio"] == 2.0 ** (8 - 7)  # same field, biases 7 and 8
     assert f["fnuz_vs_ocp.max_e4m3"] == 448.0 and f["fnuz_vs_ocp.max_e4m3fnuz"] == 240.0
     assert f["fnuz_vs_ocp.code_0x80_e4m3fnuz"] == "nan"
-    try:
-        import ml_dtypes  # noqa: F401
-    except ImportError:
-        assert f["vendor_crosscheck.mismatches"] == "skipped: not installed"
-    else:
+    assert f["fnuz_vs_ocp.code_0x80_e4m3"] == 0 and math.copysign(1, f["fnuz_vs_ocp.code_0x80_e4m3"]) < 0  # -0
+    installed = [name for name in ("ml_dtypes", "torch") if importlib.util.find_spec(name) is not None]
+    if installed:
         assert f["vendor_crosscheck.mismatches"] == 0
+        assert f["vendor_crosscheck.libraries"] == ", ".join(installed)
+    else:
+        assert f["vendor_crosscheck.mismatches"] == "skipped: not installed"
 
 
 def test_round_trip_of_a_value(run_cli) -> None:  # type: ignore[no-untyped-def]
-    result = run_cli("limits", "--quick", "--json", "--value", "1e-5", "--formats", "fp16,bf16")
+    result = run_cli("limits", "--quick", "--json", "--value", "1e-5", "--formats", "fp16,bf16,FP16")
     assert result.exit_code == 0
-    rows = {r["format"]: r for r in section(json.loads(result.stdout), "round_trip")}
+    data = json.loads(result.stdout)
+    assert [r["format"] for r in section(data, "round_trip")] == ["fp16", "bf16"]  # a repeat shown once
+    assert [r["format"] for r in section(data, "exp_overflow")] == ["fp16", "bf16"]
+    # the headline findings stay whatever --formats shows: fp32 keeps 1e-7 (2^-24 < 1e-7), overflows at 88.73
+    assert data["findings"]["smallest_surviving_update.fp32"] == 1e-7
+    assert data["findings"]["exp_overflow_x.fp32"] == 88.73
+    rows = {r["format"]: r for r in section(data, "round_trip")}
     # 1e-5 is below fp16's min normal 2^-14: a subnormal, a multiple of 2^-24, flushed under FTZ
     assert rows["fp16"]["stored"] == round(1e-5 * 2**24) / 2**24
     assert rows["fp16"]["class"] == "subnormal" and rows["fp16"]["with FTZ"] == 0.0
@@ -176,12 +243,23 @@ def test_out_dir_gets_the_plots(lab_json: dict[str, Any]) -> None:
         (["--formats", "int8"], "integer format"),
         (["--value", "abc"], "--value must be a number"),
         (["--value", "nan"], "--value must be finite"),
+        (["--value", "1e400"], "--value must be finite"),
+        (["--formats", ","], "--formats needs at least one format"),
+        (["--min-log2-n", "9", "--max-log2-n", "8"], "min_log2_n <= max_log2_n"),
+        (["--max-log2-n", "25"], "<= 24"),
+        (["--variance-n", "1"], "variance_n must be between 2"),
+        (["--drift-n", "1"], "drift_n must be 0 (skip) or between 2"),
+        (["--drift-n", "-1"], "--drift-n must be 0 (skip)"),
+        (["--stall-count", "100000000"], "stall_count must be between 1 and"),
+        (["--order-n", str(1 << 30)], "up to"),
+        (["--seed", "-1"], "seed must be a non-negative integer"),
+        (["--order-n", "abc"], "'abc' is not a valid integer"),
     ],
 )
 def test_bad_options_give_one_line_and_exit_2(run_cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("limits", *args)
     assert result.exit_code == 2
-    lines = result.output.strip().splitlines()
+    lines = result.output.splitlines()  # nothing before or after the error line, not even a blank one
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0]
 
 
@@ -198,21 +276,15 @@ def test_drift_rows_against_exact_arithmetic_and_an_independent_welford() -> Non
     n = 30_000
     result = LAB.run(min_log2_n=4, max_log2_n=5, order_n=4096, variance_n=1000, drift_n=n, stall_count=10)
     f = result.findings
-    values = (1e6 + np.random.default_rng(2).uniform(-1.0, 1.0, n)).astype(np.float32)
+    values = variance_data(n)
     xs = [Fraction(float(v)) for v in values]
-    mean = sum(xs) / n
-    exact = sum((x - mean) ** 2 for x in xs) / n
+    exact = exact_variance(values)
     # two-pass: m = fl32(tree sum / n); x - m is exact (Sterbenz), (x - m)² = k²/256 exact, and their sum
     # (< 2^24 / 256) is exact in fp32: the result is fl32(Σ(x - m)²/n) = fl32(var + (mean - m)²)
     m = Fraction(float(tree_sum_fp32(values) / np.float32(n)))
     two_pass = float(np.float32(float(sum((x - m) ** 2 for x in xs) / n)))
     assert f["variance.drift_two_pass_rel_error"] == pytest.approx(float(abs(Fraction(two_pass) - exact) / exact))
-    m32, m2 = np.float32(0), np.float32(0)
-    for k, v in enumerate(values, start=1):  # Welford, written out again with numpy float32 scalars
-        delta = v - m32
-        m32 = m32 + delta / np.float32(k)
-        m2 = m2 + delta * (v - m32)
-    welford = float(m2 / np.float32(n))
+    welford = welford_by_loop(values)
     assert f["variance.drift_welford_rel_error"] == pytest.approx(float(abs(Fraction(welford) - exact) / exact))
 
 

@@ -244,3 +244,35 @@ def test_missing_libraries_are_reported_as_skipped(monkeypatch: pytest.MonkeyPat
     table = fp8_crosscheck_table(findings)  # type: ignore[arg-type]
     assert findings["vendor_crosscheck.mismatches"] == "skipped: not installed"
     assert set(table.column("torch mismatches")) == {"skipped: not installed"}
+
+
+def test_one_missing_library_is_skipped_and_the_other_still_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from precisionlab.labs.limits import fp8_crosscheck_table
+
+    pytest.importorskip("ml_dtypes")
+    monkeypatch.setitem(sys.modules, "torch", None)  # torch absent, ml_dtypes present
+    findings: dict[str, object] = {}
+    table = fp8_crosscheck_table(findings)  # type: ignore[arg-type]
+    assert findings["vendor_crosscheck.mismatches"] == 0
+    assert findings["vendor_crosscheck.libraries"] == "ml_dtypes"
+    assert table.column("ml_dtypes mismatches") == [0, 0, 0, 0]
+    assert set(table.column("torch mismatches")) == {"skipped: not installed"}
+
+
+def test_cli_json_says_skipped_when_neither_library_is_installed(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    result = run_cli("limits", "--json", "--min-log2-n", "1", "--max-log2-n", "2", "--order-n", "4096",
+                     "--variance-n", "2", "--drift-n", "0", "--stall-count", "1")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["findings"]["vendor_crosscheck.mismatches"] == "skipped: not installed"
+    assert data["findings"]["vendor_crosscheck.libraries"] == "none"
+    table = next(t for t in data["sections"] if t["key"] == "fp8_crosscheck")
+    skipped = {row[col] for row in table["rows"] for col in (5, 6)}
+    assert skipped == {"skipped: not installed"}
