@@ -112,3 +112,38 @@ def test_unknown_variant_and_bad_config() -> None:
 def test_short_runs_are_never_called_stalled() -> None:
     log = train(make_problem(samples=1024), get_variant("fp16_plain"), TrainConfig(steps=5))
     assert not log.stalled(0.0)
+
+
+def test_fp16_master_scaled_steps_match_numpy_casts() -> None:
+    """fp16 compute, fp32 master and state, loss scale 2^16, clip after unscaling: every rounding replayed with
+    numpy's float16 / float32 casts (each a single correctly rounded cast from float64)."""
+    p = make_problem(samples=4096)
+    cfg = TrainConfig(steps=4)
+    log = train(p, get_variant("fp16_master_scaled"), cfg)
+    h, f = np.float16, np.float32
+
+    def r16(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v).astype(h).astype(np.float64)
+
+    def r32(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v).astype(f).astype(np.float64)
+
+    x, y, n, s = r16(p.features), r16(p.targets), p.samples, 2.0**16
+    w = np.zeros(x.shape[1])
+    buf = np.zeros_like(w)
+    losses = []
+    for _ in range(4):
+        r = r16(r16(x @ r16(w)) - y)
+        losses.append(float(r32(np.mean(r32(r * r)))))
+        grad = r16(x.T @ r16(r * (2.0 * s / n)))
+        assert np.all(np.isfinite(grad))  # no overflow at 2^16: no step is skipped
+        g = r32(grad / s)
+        norm = float(np.sqrt(np.sum(g * g)))
+        if norm > cfg.max_norm:
+            g = r32(g * (cfg.max_norm / norm))
+        buf = r32(r32(cfg.momentum * buf) + g)
+        w = r32(w - r32(cfg.lr * buf))
+    assert log.loss[:4] == losses
+    assert log.scale == [s] * 4 and not any(log.skipped)
+    assert np.count_nonzero(w) == w.size  # every weight moved
+    assert np.array_equal(log.weights, w)
