@@ -225,6 +225,10 @@ def test_round_trip_of_a_value(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert rows["fp16"]["stored"] == round(1e-5 * 2**24) / 2**24
     assert rows["fp16"]["class"] == "subnormal" and rows["fp16"]["with FTZ"] == 0.0
     assert rows["bf16"]["class"] == "normal"
+    zero = run_cli("limits", "--quick", "--json", "--value", "0", "--formats", "fp16,ue8m0")
+    rows = {r["format"]: r for r in section(json.loads(zero.stdout), "round_trip")}
+    assert rows["fp16"]["class"] == "zero" and rows["fp16"]["rel error"] == 0.0  # 0 is stored exactly
+    assert rows["ue8m0"]["stored"] == "nan"  # ue8m0 (2^e only) has no zero
 
 
 def test_out_dir_gets_the_plots(lab_json: dict[str, Any]) -> None:

@@ -149,7 +149,7 @@ def _value_class(value: float, stored: float, fmt: FloatFormat) -> str:
     if math.isinf(stored):
         return "inf (overflow)"
     if stored == 0:
-        return "zero (underflow)"
+        return "zero" if value == 0 else "zero (underflow)"
     if abs(stored) < fmt.min_normal:
         return "subnormal"
     return "normal"
