@@ -1,5 +1,6 @@
-"""numerics.exact / grid / accumulate against an exact rational model written here from the
-definitions (value = k·2^(e-M), nearest-even), sharing no code with the fast paths."""
+"""numerics' TwoSum / round-to-odd (rounding.exact_sum), grid and accumulate against an
+exact rational model written here from the definitions (value = k·2^(e-M), nearest-even),
+sharing no code with the fast paths."""
 
 from __future__ import annotations
 

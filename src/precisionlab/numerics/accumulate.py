@@ -38,7 +38,8 @@ FormatArg = FormatSpec | Sequence[FormatSpec]
 INNOCUOUS_PRECISION = 25
 """Widest significand p with 2p + 2 <= 53: one float64 operation then one rounding is exact."""
 
-_NATIVE: dict[str, type[np.floating[Any]]] = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
+NATIVE_DTYPES: dict[str, type[np.floating[Any]]] = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
+"""Formats whose numpy dtype adds exactly as the format does (float16 via float32: 24 >= 2·11 + 2)."""
 
 
 def add_rounded(a: npt.ArrayLike, b: npt.ArrayLike, grid: Grid) -> np.ndarray:
@@ -74,7 +75,7 @@ def format_list(fmt: FormatArg) -> list[FormatSpec]:
 
 def _native_dtype(fmt: FormatSpec, terms: np.ndarray) -> type[np.floating[Any]] | None:
     """numpy dtype whose own addition is the format's exact addition, when every term is a member."""
-    dtype = _NATIVE.get(get_format(fmt).name)
+    dtype = NATIVE_DTYPES.get(get_format(fmt).name)
     if dtype is None:
         return None
     if dtype is np.float64:

@@ -4,7 +4,7 @@
 accumulator calls it once per addition. This module does the same rounding (nearest-even,
 each format's default overflow policy) in about a dozen numpy operations, and lets
 several formats share one call by giving each lane (a slice along the first axis) its own
-format. tests/test_numerics_grid.py checks it against `round_to` and exact rationals.
+format. tests/test_numerics_accumulate.py checks it against exact rationals and ml_dtypes.
 
 For a finite float64 x with unbiased exponent e = floor(log2 |x|) and a target with M
 mantissa bits and smallest normal exponent emin:

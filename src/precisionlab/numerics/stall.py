@@ -19,13 +19,11 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import Format, get_format
-from precisionlab.numerics.accumulate import add_rounded
+from precisionlab.numerics.accumulate import NATIVE_DTYPES, add_rounded
 from precisionlab.numerics.grid import Grid, make_grid, round_grid
 
 CHUNK = 1 << 16
 """Additions per numpy accumulate call on the native path."""
-
-_NATIVE: dict[str, type[np.floating[Any]]] = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16}
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ def repeated_sum(term: float, fmt: str | Format, count: int, start: float = 0.0)
     if count < 0:
         raise ValueError(f"count must be non-negative, got {count}")
     name = get_format(fmt).name
-    dtype = _NATIVE.get(name)
+    dtype = NATIVE_DTYPES.get(name)
     if dtype is not None:
         t = float(np.asarray(term, dtype=np.float64).astype(dtype))
         s0 = float(np.asarray(start, dtype=np.float64).astype(dtype))
