@@ -17,6 +17,8 @@ from click.testing import CliRunner
 from precisionlab.labs import get_lab
 from precisionlab.labs.limits import LAB
 
+from .test_numerics_accumulate import ref_kahan, ref_pairwise, ref_sequential
+
 REQUIRED_KEYS = [
     "exp_overflow_x.fp16", "exp_overflow_x.bf16", "exp_overflow_x.fp32",
     "smallest_surviving_update.fp16", "smallest_surviving_update.bf16", "smallest_surviving_update.fp32",
@@ -98,6 +100,15 @@ def test_dot_product_findings(lab_json: dict[str, Any]) -> None:
     x, y = rng.random(n_max).astype(np.float32), rng.random(n_max).astype(np.float32)
     exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, y, strict=True))
     assert rows[-1]["exact (fsum)"] == float(exact)
+    # the n_max row against the exact rational model of tests/test_numerics_accumulate (one rounding per op)
+    terms = [float(a) * float(b) for a, b in zip(x, y, strict=True)]  # exact: 24 + 24 bits <= 53
+    models = {"fp16": ref_sequential, "bf16": ref_sequential, "fp32": ref_sequential,
+              "fp16_pairwise": ref_pairwise, "bf16_pairwise": ref_pairwise,
+              "fp16_kahan": ref_kahan, "bf16_kahan": ref_kahan}
+    for label, model in models.items():
+        got = Fraction(model(terms, label.split("_")[0]))
+        assert rows[-1][label] == pytest.approx(float(abs(got - exact) / exact), rel=1e-12), label
+        assert lab_json["findings"][f"dot_relative_error.{label}"] == rows[-1][label]
     u16, u32 = 2.0**-11, 2.0**-24
     for row in rows:
         n = row["n"]
