@@ -38,6 +38,24 @@ QWEN_CONFIG: dict[str, Any] = {
 }
 
 
+# meta-llama/Meta-Llama-3-70B, meta-llama/Llama-2-13b-hf and mistralai/Mistral-7B-v0.1 config.json, shape fields.
+LLAMA3_70B_CONFIG: dict[str, Any] = {
+    "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+}
+LLAMA2_13B_CONFIG: dict[str, Any] = {
+    "model_type": "llama", "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
+    "num_attention_heads": 40, "num_key_value_heads": 40, "vocab_size": 32000, "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
+MISTRAL_7B_CONFIG: dict[str, Any] = {
+    "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+    "sliding_window": 4096, "tie_word_embeddings": False,
+}
+
+
 def write(tmp_path: Path, data: object, name: str = "config.json") -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(data))
@@ -51,6 +69,7 @@ def same_shape(a: object, b: object) -> bool:
 
 @pytest.mark.parametrize(("config", "preset"), [
     (LLAMA3_8B_CONFIG, "llama3_8b"), (DEEPSEEK_V3_CONFIG, "deepseek_v3"), (QWEN_CONFIG, "qwen2_5_7b"),
+    (LLAMA3_70B_CONFIG, "llama3_70b"), (LLAMA2_13B_CONFIG, "llama2_13b"), (MISTRAL_7B_CONFIG, "mistral_7b"),
 ])
 def test_published_configs_reproduce_presets(tmp_path: Path, config: dict[str, Any], preset: str) -> None:
     model = load_config(write(tmp_path, config), name="x")
