@@ -156,3 +156,16 @@ def test_binary_file_is_a_one_line_malformed_error(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe{}")
     with pytest.raises(ValueError, match=r"malformed config\.json .*not UTF-8"):
         load_config(path)
+
+
+@pytest.mark.parametrize("hybrid", [
+    {"layer_types": ["sliding_attention", "full_attention"] * 16},
+    {"sliding_window_pattern": 6},
+    {"cache_implementation": "hybrid"},
+])
+def test_hybrid_sliding_window_is_not_applied_to_every_layer(hybrid: dict[str, Any]) -> None:
+    # Gemma-2/3 style: only some layers slide; one window for all layers would under-count the cache
+    data = {**LLAMA3_8B_CONFIG, "sliding_window": 4096, **hybrid}
+    model = model_from_config(data, "hybrid")
+    assert model.sliding_window is None
+    assert kv_bytes_per_token(model, "fp16") == 131072

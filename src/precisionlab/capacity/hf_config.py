@@ -7,6 +7,8 @@ Conventions the Transformers library uses when a field is absent:
   head_dim            -> hidden_size / num_attention_heads (which must then divide exactly);
                          v_head_dim for MLA models, whose heads need not divide the hidden size
   tie_word_embeddings -> false (the Llama-family default)
+  sliding_window      -> caps every layer's cache, unless use_sliding_window is false or only some
+                         layers slide (Gemma-2/3 hybrids): then the full cache is counted
 A missing required field, a value of the wrong type, a zero head count or a head size
 that does not divide the hidden size is a ValueError naming the field.
 """
@@ -78,7 +80,7 @@ def model_from_config(data: dict[str, Any], name: str, where: str = "config") ->
         raise ValueError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
 
     window = data.get("sliding_window")
-    if data.get("use_sliding_window") is False:
+    if data.get("use_sliding_window") is False or _hybrid_attention(data):
         window = None
     if window is not None:
         window = integer("sliding_window")
@@ -125,6 +127,16 @@ def model_from_config(data: dict[str, Any], name: str, where: str = "config") ->
         **moe,
         **mla,
     )
+
+
+def _hybrid_attention(data: dict[str, Any]) -> bool:
+    """True when only some layers slide (Gemma-2/3 style: `layer_types` with full-attention layers, a
+    `sliding_window_pattern`, or the hybrid cache). One window cannot describe such a model, so the
+    window is ignored and every layer's cache counted in full: an over-estimate, the safe side."""
+    layer_types = data.get("layer_types")
+    if isinstance(layer_types, list) and "full_attention" in layer_types:
+        return True
+    return data.get("sliding_window_pattern") is not None or data.get("cache_implementation") == "hybrid"
 
 
 def load_config(path: str | Path, name: str | None = None) -> ModelShape:
