@@ -78,6 +78,8 @@ def test_round_trip(text: str) -> None:
     ("int8:g0", "positive integer"),
     ("int8:row:scale=fp64", "choose one of"),
     ("int8:row:asymm", "did you mean asym"),
+    ("int8:rowz", "did you mean row"),
+    ("int8:zzz", "granularity"),
     ("e4m3:asym", "integer elements"),
     ("mxfp4:g64", "fixes its element"),
     ("int8:row:g32", "must come right after"),

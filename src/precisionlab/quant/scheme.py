@@ -333,6 +333,12 @@ def _suggest(token: str) -> str:
     return f"{hint} (elements: {', '.join(ELEMENTS)}; presets: {', '.join(PRESETS)})"
 
 
+_GRANULARITY_NAMES = ("tensor", "row", "col", "channel")
+
+
 def _suggest_option(option: str) -> str:
-    close = difflib.get_close_matches(option, _OPTION_NAMES, n=3, cutoff=0.4)
-    return f"; did you mean {', '.join(close)}?" if close else f"; options: {', '.join(_OPTION_NAMES)}"
+    close = difflib.get_close_matches(option, _OPTION_NAMES + _GRANULARITY_NAMES, n=3, cutoff=0.4)
+    if close:
+        return f"; did you mean {', '.join(close)}?"
+    return f"; options: {', '.join(_OPTION_NAMES)}; granularity (right after the element): tensor, row, col, g<N>, " \
+        "block<R>x<C>, tile1x<C>"
