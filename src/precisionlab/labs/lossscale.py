@@ -123,8 +123,8 @@ def train_part(steps: int = 400, samples: int = 16384) -> tuple[list[Table], lis
               "to reach the target. Without loss scaling fp16's gradients flush to zero once the residuals shrink "
               "and the run stalls; scaling by S (a power of two, exact) moves them back into range. bf16 reaches "
               "the target with no scaling, and without a master copy it loses updates to rounding. Clipping "
-              "before unscaling clips S-times-too-large gradients every step: the curve looks ordinary, only "
-              "slower. Applying a step with inf gradients makes the weights NaN for good."),
+              "before unscaling clips S-times-too-large gradients on most steps (the clipped column): the curve "
+              "looks ordinary, only slower. Applying a step with inf gradients makes the weights NaN for good."),
         formats={"final loss": ".3e", "final scale": ".4g", "flushed grads": ".3f", "lost updates": ".3f"},
     )
     return [table], _train_figures(study), findings
