@@ -241,3 +241,52 @@ def test_outlier_row_beyond_fp16_is_an_error() -> None:
     x[2, 3] = np.nan  # a NaN row is the "largest" and is kept as is
     out = quantize(x, "int8:row:outliers=1").dequantize()
     assert np.isnan(out[2, 3]) and np.isfinite(np.delete(out, 2, axis=0)).all()
+
+
+def reference_asymmetric(w: np.ndarray, bits: int, unsigned: bool, rows: int, cols: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Loop over blocks: lo = min(x, 0), hi = max(x, 0), s = fp16((hi - lo) / (2^b - 1)),
+    z = clip(qmin - rint(lo / s), qmin, qmax), q = clip(rint(x / s) + z, qmin, qmax); all-zero: s = 1, z = 0."""
+    qmin, qmax = (0, 2**bits - 1) if unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    m, n = w.shape
+    n_pad = -(-n // cols) * cols
+    padded = np.zeros((m, n_pad), dtype=np.float32)
+    padded[:, :n] = w
+    q = np.zeros((m, n_pad), dtype=np.int64)
+    out = np.zeros((m, n_pad), dtype=np.float32)
+    zs = np.zeros((-(-m // rows), n_pad // cols))
+    for bi, r0 in enumerate(range(0, m, rows)):
+        for bj, c0 in enumerate(range(0, n_pad, cols)):
+            blk = padded[r0 : r0 + rows, c0 : c0 + cols]
+            lo, hi = min(float(blk.min()), 0.0), max(float(blk.max()), 0.0)
+            if hi == lo:
+                s, z = 1.0, 0.0
+            else:
+                s = float(np.float16((hi - lo) / (qmax - qmin)))
+                z = float(np.clip(qmin - np.rint(lo / s), qmin, qmax))
+            qb = np.clip(np.rint(blk / np.float32(s)) + z, qmin, qmax)
+            q[r0 : r0 + rows, c0 : c0 + cols] = qb
+            out[r0 : r0 + rows, c0 : c0 + cols] = ((qb - z) * np.float32(s)).astype(np.float32)
+            zs[bi, bj] = z
+    return q, zs, out[:, :n]
+
+
+@pytest.mark.parametrize(("scheme", "bits", "unsigned", "rows", "cols"), [
+    ("int4:g32:asym", 4, False, 1, 32),  # 200 = 6 * 32 + 8: padded last group
+    ("int2:g16:asym", 2, False, 1, 16),
+    ("uint4:g64", 4, True, 1, 64),
+    ("uint8", 8, True, 40, 200),
+    ("int8:col:asym", 8, False, 40, 1),
+    ("int8:block8x32:asym", 8, False, 8, 32),
+])
+def test_asymmetric_matches_reference(matrix: np.ndarray, scheme: str, bits: int, unsigned: bool, rows: int,
+                                      cols: int) -> None:
+    x = matrix + 0.04  # shift so that blocks are not centred on zero
+    x[:, 100:164] = np.abs(x[:, 100:164])  # some blocks entirely positive
+    x[3] = 0.0  # an all-zero row
+    q = quantize(x, scheme)
+    ref_q, ref_z, ref_out = reference_asymmetric(x, bits, unsigned, rows, cols)
+    codes = q.codes.astype(np.int64) if unsigned else signed(q.codes, bits)
+    np.testing.assert_array_equal(codes, ref_q)
+    np.testing.assert_array_equal(q.zero_points[0].astype(np.float64), ref_z)
+    np.testing.assert_array_equal(q.dequantize(), ref_out)
