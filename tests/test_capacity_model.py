@@ -320,3 +320,10 @@ def test_seed_example_ridge_ratio() -> None:
     assert roof.ridge == pytest.approx(1e15 / 3e12)
     assert 100 < roof.ridge / roof.intensity < 1000  # two orders of magnitude
     assert 1 / roof.time == pytest.approx(3e12 / 26e9)
+
+
+def test_tensor_parallel_batch_is_the_groups() -> None:
+    # tp=8 splits the 8 KV heads one per device, so the 8 devices together hold as many 8k sequences as
+    # their pooled memory allows: floor((8 x 72e9 - bf16 weights) / 1 GiB), not 8 times that
+    fit = max_batch(LLAMA3_8B, H100, "bf16", "fp16", 8192, tp=8)
+    assert fit.batch == math.floor((8 * 72e9 - 2 * LLAMA3_8B_PARAMS) / 2**30)

@@ -144,7 +144,7 @@ def batch_table(model: ModelShape, accelerators: dict[str, Accelerator], context
                              first.budget_bytes / GB, first.budget_bytes / GiB, *[f.batch for f in fits], first.flag])
                 for kv, fit in zip(KV_DEFAULT, fits, strict=True):
                     findings[f"batch.{model.key}.{key}.{context_label(context)}.{w}.{kv}"] = fit.batch
-    per = f" per device (tp={tp})" if tp > 1 else ""
+    per = f" on {tp} tensor-parallel devices (each holds 1/{tp} of the weights)" if tp > 1 else ""
     return Table(
         key="batch", title=f"Largest batch of {model.name} that fits{per}, after a {reserve:.0%} reserve",
         columns=columns, rows=rows,
@@ -267,19 +267,20 @@ def tp_table(model: ModelShape, acc: Accelerator, key: str, context: int, batch:
         one = decode_step(model, acc, "bf16", "fp16", context, 1, n)
         many = decode_step(model, acc, "bf16", "fp16", context, batch, n)
         rows.append([n, fit.weight_bytes / GB, kv_bytes_per_token(model, "fp16") * kv_shard_fraction(model, n),
-                     fit.batch, fit.batch * n, one.tokens_per_s, many.tokens_per_s])
+                     fit.batch, one.tokens_per_s, many.tokens_per_s])
         findings[f"tp.{model.key}.{key}.tp{n}.batch1.tokens_per_s"] = one.tokens_per_s
         findings[f"tp.{model.key}.{key}.tp{n}.max_batch_{context_label(context)}"] = fit.batch
     return Table(
         key="tensor_parallel", title=f"Tensor parallelism: {model.name}, bf16 weights, fp16 KV, "
                                      f"{context_label(context)} context",
-        columns=["devices", "weights GB/device", "KV bytes/token/device", "max batch/device", "max batch × devices",
+        columns=["devices", "weights GB/device", "KV bytes/token/device", "max batch (the N devices)",
                  "tokens/s batch 1", f"tokens/s batch {batch}"],
         rows=rows,
         formats={"weights GB/device": ".4g", "KV bytes/token/device": ".6g", "tokens/s batch 1": ".4g",
                  f"tokens/s batch {batch}": ".4g"},
         note=("Weights split evenly and KV heads as ceil(Hkv/N) per device (replicated past Hkv; an MLA latent is "
-              "replicated on every device). All-reduce time is ignored: these speeds are upper bounds."))
+              "replicated on every device). Every device holds its share of every sequence, so the max batch is "
+              "that of the whole group of N. All-reduce time is ignored: these speeds are upper bounds."))
 
 
 # ---- figures --------------------------------------------------------------------------------------------
