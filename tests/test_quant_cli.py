@@ -94,3 +94,19 @@ def test_registered_labs_run_quick(name: str) -> None:
     result = lab.run(**lab.quick)
     assert result.findings and result.sections
     json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_compare_progress_goes_to_stderr_only(tmp_path: Path) -> None:
+    # a real process with rich forced to draw its bar (as on a terminal): stdout stays pure JSON
+    import os
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "w.npy", np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32))
+    env = {**os.environ, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
+    main = "from precisionlab.cli.main import cli; cli()"
+    proc = subprocess.run([sys.executable, "-c", main, "quant", "compare", "w.npy", "-s", "int8:row", "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "compare.w.int8:row.rel_err" in json.loads(proc.stdout)["findings"]
+    assert "w: int8:row" in proc.stderr or "quantizing" in proc.stderr  # the bar was drawn, on stderr
