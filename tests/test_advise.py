@@ -11,6 +11,7 @@ import pytest
 
 from precisionlab.capacity.advisor import RULES, SCENARIOS, Inputs, Rule, advise
 from precisionlab.capacity.format_choice import ROLE_NOTES, candidates, decades_at, unit_roundoff
+from precisionlab.capacity.models import get_model
 from precisionlab.capacity.scenario_facts import stall_point
 from precisionlab.formats import get_format
 from precisionlab.hardware import get_accelerator
@@ -174,3 +175,13 @@ def test_kv_context_label_is_exact() -> None:
     advice = advise("kv_cache", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", long_context=100_000))
     assert "100000 tokens" in advice.title
     assert advise("kv_cache", H100).facts["ctx_label"] == "128k"
+
+
+def test_kv_crossover_text_for_a_sliding_window() -> None:
+    mistral = get_model("mistral_7b")
+    advice = advise("kv_cache", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", model=mistral))
+    assert "never (its 4096-token sliding window caps the cache) for one sequence" in advice.throughput
+    assert "inf" not in advice.throughput
+    # at batch 32 the windowed cache (32 x 4096 x 128 KiB = 16 GiB) does pass the 14.5 GB of bf16 weights
+    expected = 2 * 7_241_732_096 // (32 * 131072) + 1  # smallest L with 32 x L x 128 KiB > bf16 weights
+    assert f"from {expected} tokens at batch 32" in advice.throughput

@@ -130,8 +130,8 @@ RULES: tuple[Rule, ...] = (
                   "{u[fp16]:.3g}; attention averages over many tokens, diluting independent rounding errors",
         throughput="{kv_fp16_kib:.4g} KiB/token in fp16 → {kv_fp8_kib:.4g} in fp8; one {ctx_label} sequence holds "
                    "{seq_fp16_gib:.3g} → {seq_fp8_gib:.3g} GiB, so the batch on {gpu} grows {batch_fp16} → "
-                   "{batch_fp8}. The fp16 cache outweighs the {w_gb:.3g} GB of weights from {cross_1} tokens for "
-                   "one sequence and {cross_b} at batch {batch}; decode at batch {dbatch}: {tps_fp16:.0f} → "
+                   "{batch_fp8}. The fp16 cache outweighs the {w_gb:.3g} GB of weights {cross_1_text} for "
+                   "one sequence and {cross_b_text} at batch {batch}; decode at batch {dbatch}: {tps_fp16:.0f} → "
                    "{tps_fp8:.0f} tokens/s",
         risk="attention-score error that grows with context, and a quantize/dequantize step on the attention path",
         revert="a long-context eval (retrieval at {ctx_label}, perplexity) regresses beyond budget against the fp16 "

@@ -159,6 +159,8 @@ def kv_facts(inp: Inputs) -> dict[str, Any]:
     fit16 = max_batch(model, acc, "bf16", "fp16", ctx, inp.reserve, inp.tp)
     fit8 = max_batch(model, acc, "bf16", "fp8", ctx, inp.reserve, inp.tp)
     dbatch = max(1, min(inp.batch, fit16.batch or 1))
+    cross_1 = cache_exceeds_weights_context(model, "bf16", "fp16", 1)
+    cross_b = cache_exceeds_weights_context(model, "bf16", "fp16", inp.batch)
     return {
         "format": "fp8 (e4m3) KV cache",
         "model": model.name, "gpu": acc.name, "ctx": ctx, "ctx_label": context_label(ctx),
@@ -171,12 +173,21 @@ def kv_facts(inp: Inputs) -> dict[str, Any]:
         "seq_fp8_gib": kv_bytes_per_sequence(model, "fp8", ctx) / GiB,
         "batch_fp16": fit16.batch, "batch_fp8": fit8.batch,
         "w_gb": weight_bytes(model, "bf16") / GB, "batch": inp.batch,
-        "cross_1": cache_exceeds_weights_context(model, "bf16", "fp16", 1),
-        "cross_b": cache_exceeds_weights_context(model, "bf16", "fp16", inp.batch),
+        "cross_1": cross_1, "cross_b": cross_b,
+        "cross_1_text": _crossover_text(cross_1, model), "cross_b_text": _crossover_text(cross_b, model),
         "dbatch": dbatch,
         "tps_fp16": decode_step(model, acc, "bf16", "fp16", ctx, dbatch, inp.tp).tokens_per_s,
         "tps_fp8": decode_step(model, acc, "bf16", "fp8", ctx, dbatch, inp.tp).tokens_per_s,
     }
+
+
+def _crossover_text(context: float, model: ModelShape) -> str:
+    """'from N tokens', or 'never' with the reason (a sliding window caps the cache)."""
+    if math.isfinite(context):
+        return f"from {context:.0f} tokens"
+    window = f"its {model.sliding_window}-token sliding window caps the cache" if model.sliding_window else (
+        "not within the context searched")
+    return f"never ({window})"
 
 
 def fp8_portability_facts(inp: Inputs) -> dict[str, Any]:
