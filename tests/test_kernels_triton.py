@@ -13,11 +13,14 @@ import os
 import sys
 
 # Triton decides at import time (its own @jit helpers such as tl.cdiv) whether to interpret:
-# the variable must be set before triton is first imported in this process.
+# the variable must be set before triton is first imported in this process. tests/conftest.py
+# sets it for the whole suite; on a GPU machine run with TRITON_INTERPRET=0 for the gpu tests.
 _TRITON_PRELOADED = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
-os.environ["TRITON_INTERPRET"] = "1"
+os.environ.setdefault("TRITON_INTERPRET", "1")
+_INTERPRETED = os.environ["TRITON_INTERPRET"] == "1"
 
 import importlib  # noqa: E402
+import importlib.util  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -36,6 +39,8 @@ pytestmark = pytest.mark.skipif(_TRITON_PRELOADED, reason="triton was imported w
 @pytest.fixture(scope="module")
 def k() -> SimpleNamespace:
     """The kernel modules, (re)imported with the interpreter switched on."""
+    if not _INTERPRETED:
+        pytest.skip("TRITON_INTERPRET is off: the CPU interpreter tests do not apply")
     return SimpleNamespace(**{name: importlib.reload(importlib.import_module(f"precisionlab.gemm.kernels.{name}"))
                               for name in ("matmul", "axpy")})
 
@@ -136,8 +141,8 @@ def test_shape_errors(k: SimpleNamespace) -> None:
 @pytest.mark.gpu
 def test_bf16_kernels_on_gpu() -> None:
     """Waits for a GPU: the interpreter cannot run bf16 operands faithfully."""
-    if not torch.cuda.is_available():
-        pytest.skip("bf16 Triton kernels are checked on a CUDA device only")
+    if not torch.cuda.is_available() or _INTERPRETED:
+        pytest.skip("bf16 Triton kernels are checked on a CUDA device only (with TRITON_INTERPRET=0)")
     from precisionlab.gemm.kernels.matmul import matmul_dot, matmul_fma
 
     a, b = random_inputs(256, 256, 256, seed=8)
@@ -215,3 +220,82 @@ def test_tuned_skips_configs_that_fail_and_keeps_the_fastest(k: SimpleNamespace,
         bench.tuned(kernel, (5,), ({"block_m": 4},), "cuda")
     call, text = bench.tuned(kernel, (5,), configs, "cpu", block_m=3)
     assert call().item() == 15.0 and text == "default config"
+
+
+def test_fp8_kernels_take_a_column_major_b(k: SimpleNamespace) -> None:
+    """The GPU rows pass fp8 B column-major (Hopper's fp8 wgmma layout): same numbers as row-major B."""
+    a, b = random_inputs(32, 128, 256, seed=9)
+    variant = Variant("e4m3_block", "e4m3", scaling="block")
+    ops = store(a, b, variant)
+    a8 = torch.from_numpy(ops.a).float().to(torch.float8_e4m3fn)
+    b8 = torch.from_numpy(ops.b).float().to(torch.float8_e4m3fn)
+    b8_col = b8.t().contiguous().t()
+    assert b8_col.stride() == (1, 256) and torch.equal(b8_col.float(), b8.float())
+    sa = torch.from_numpy(ops.a_scale).float()
+    sb = torch.from_numpy(scale_and_round(b.astype(np.float64), "e4m3", (128, 128)).scales).float()
+    row = k.matmul.matmul_fp8_blockscaled(a8, sa, b8, sb, block_m=16, block_n=32)
+    col = k.matmul.matmul_fp8_blockscaled(a8, sa, b8_col, sb, block_m=16, block_n=32)
+    assert torch.equal(row, col)
+    one = torch.ones(1)
+    assert torch.equal(k.matmul.matmul_dot(a8, b8, scale=one, block_m=16, block_n=32, block_k=128),
+                       k.matmul.matmul_dot(a8, b8_col, scale=one, block_m=16, block_n=32, block_k=128))
+
+
+def test_accumulation_study_labels_match_the_triton_setting(k: SimpleNamespace,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton promotes an fp8 dot's partial sums into fp32 when max_num_imprecise_acc <= the dot's K
+    (WarpGroupDotOp::needsPartialAccumulator); the default on sm_90 is 2^30, i.e. never. So the
+    'no promotion' row must pass None (the default) and the promoted tl.dot row 128 with block_k = 128."""
+    bench = importlib.reload(importlib.import_module("precisionlab.gemm.kernels.bench"))
+    seen: list[tuple[object, object]] = []
+    real = bench.matmul_dot
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        seen.append((kwargs.get("max_num_imprecise_acc"), kwargs.get("block_k")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "matmul_dot", spy)
+    rows = dict(bench.accumulation_study(k=256, outputs=16, device="cpu"))
+    assert seen == [(None, 128), (128, 128)]
+    assert next(iter(rows)) == bench.NO_PROMOTION and bench.PROMOTED in rows
+
+
+def test_a_failing_row_is_reported_and_the_run_goes_on(k: SimpleNamespace, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A row that raises on the GPU (e.g. a launch that does not fit) becomes an ERROR row with its message;
+    every other row, the lab's findings and benchmarks/gpu_lab.py's table still come out."""
+    bench = importlib.reload(importlib.import_module("precisionlab.gemm.kernels.bench"))
+
+    def broken(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("boom: out of shared memory\nsecond line")
+
+    monkeypatch.setattr(bench, "matmul_fp8_blockscaled", broken)
+    report = bench.run_all(size=128, fma_size=16, gemv_n=32, axpy_n=256, acc_k=128, acc_outputs=16, device="cpu")
+    rows = {r.name: r for r in report.rows}
+    failed = rows["triton_e4m3_block"]
+    assert failed.error == "RuntimeError: boom: out of shared memory" and failed.passed is None
+    assert np.isnan(failed.ms) and np.isnan(report.fraction_of_ceiling(failed) or np.nan)
+    assert [r.name for r in report.rows if r.error] == ["triton_e4m3_block"]
+    assert rows["torch_bf16"].ms > 0 and rows["triton_axpy_fp16"].ms > 0
+    acc = dict(report.accumulation)
+    assert np.isnan(acc[bench.PROMOTED]) and np.isfinite(acc[bench.NO_PROMOTION])
+
+    spec = importlib.util.spec_from_file_location("gpu_lab", os.path.join(os.path.dirname(__file__), "..",
+                                                                          "benchmarks", "gpu_lab.py"))
+    assert spec is not None and spec.loader is not None
+    gpu_lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_lab)
+    gpu_lab.print_report(report, 1.0, torch.__version__)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("triton_e4m3_block "))
+    assert "ERROR" in line and "boom" in line
+    assert "1 row(s) raised and were not measured: triton_e4m3_block" in out
+    assert "targets (issue #5):" in out
+
+
+def test_gpu_sizes_are_checked_before_anything_runs(k: SimpleNamespace) -> None:
+    bench = importlib.import_module("precisionlab.gemm.kernels.bench")
+    with pytest.raises(ValueError, match="size=1000 is not a multiple of 128"):
+        bench.run_all(size=1000, device="cpu")
+    with pytest.raises(ValueError, match="axpy_n must be a positive integer"):
+        bench.run_all(size=128, axpy_n=0, device="cpu")

@@ -7,6 +7,8 @@ should approach (but not reach) 2× while GB/s stays roughly equal across precis
 
 from __future__ import annotations
 
+import math
+
 from precisionlab.gemm.timing import ELEMENT_BYTES, Timing, axpy_timing, copy_bandwidth
 from precisionlab.labs import Lab
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
@@ -20,6 +22,8 @@ def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> L
     """Time axpy per precision and the copy ceiling (CPU: fastest of numpy and torch; GPU: Triton and torch)."""
     if n <= 0:
         raise ValueError(f"n must be a positive integer, got {n}")
+    if not (math.isfinite(time_budget) and time_budget > 0):
+        raise ValueError(f"time_budget must be positive seconds, got {time_budget}")
     if backend == "gpu":
         return run_gpu(n)
     if backend != "cpu":
@@ -80,9 +84,15 @@ def run_gpu(n: int, device: str = "cuda") -> LabResult:
     rows, copy_gbps = bench.axpy_rows(n, device)
     best: dict[str, Timing] = {}
     for r in rows:
+        if r.error or not math.isfinite(r.ms):
+            continue
         timing = Timing(r.name, r.kind, r.precision, r.ms / 1e3, 2.0 * n, r.bytes, str(n))
         if r.precision not in best or timing.seconds < best[r.precision].seconds:
             best[r.precision] = timing
+    missing = [p for p in PRECISIONS if p not in best]
+    if missing or not math.isfinite(copy_gbps):
+        failed = "; ".join(f"{r.name}: {r.error}" for r in rows if r.error)
+        raise ValueError(f"GPU axpy could not measure {', '.join(missing) or 'the copy bandwidth'} ({failed})")
     return assemble([best[p] for p in PRECISIONS], copy_gbps, device.upper(), {"n": n, "backend": "gpu"})
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from precisionlab.gemm import ceilings as ceiling_options
 from precisionlab.gemm.roofline import Ceilings, roof_curve
@@ -17,6 +18,7 @@ from precisionlab.gemm.study import VariantResult, k_sweep, predicted_from_ulp, 
 from precisionlab.gemm.timing import Timing, copy_bandwidth, matmul_timings
 from precisionlab.gemm.traffic import check_sizes
 from precisionlab.gemm.variants import (
+    BLOCK_K,
     GEMV_VARIANTS,
     NARROW_ACC_BITS,
     NARROW_ACC_ROUNDING,
@@ -45,19 +47,10 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
         peak_tflops: tuple[str, ...] = (), bandwidth: float | None = None, gpu_size: int = 8192,
         stage: Stage | None = None) -> LabResult:
     """Run the lab. `stage` (optional) is called with a description as each of STAGES stages starts."""
-    check_sizes(size, size, size, tile)
-    check_sizes(1, gemv_size, gemv_size, tile)
-    if k_max < K_SWEEP[0]:
-        raise ValueError(f"k_max must be at least {K_SWEEP[0]}, got {k_max}")
-    if sweep_outputs <= 0 or ceiling_size <= 0 or gpu_size <= 0:
-        raise ValueError("sweep_outputs, ceiling_size and gpu_size must be positive")
-    if time_budget <= 0:
-        raise ValueError(f"time_budget must be positive seconds, got {time_budget}")
-    datasheet = ceiling_options.datasheet(accelerator, peak_tflops, bandwidth)
+    datasheet = check_options(size, gemv_size, tile, acc_bits, acc_rounding, k_max, sweep_outputs, ceiling_size,
+                              time_budget, backend, accelerator, peak_tflops, bandwidth, gpu_size)
     if backend == "gpu":
         return run_gpu(gpu_size, seed)
-    if backend != "cpu":
-        raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
     note = stage or (lambda _: None)
     variants = standard_variants(acc_bits, acc_rounding)
     by_name = {v.name: v for v in variants}
@@ -83,6 +76,32 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
                     params={"size": size, "gemv_size": gemv_size, "tile": tile, "acc_bits": acc_bits,
                             "acc_rounding": acc_rounding, "k_max": k_max, "sweep_outputs": sweep_outputs,
                             "seed": seed, "backend": backend})
+
+
+def check_options(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = NARROW_ACC_BITS,
+                  acc_rounding: str = NARROW_ACC_ROUNDING, k_max: int = 4096, sweep_outputs: int = 32,
+                  ceiling_size: int = 1024, time_budget: float = 0.1, backend: str = "cpu",
+                  accelerator: str | None = None, peak_tflops: tuple[str, ...] = (), bandwidth: float | None = None,
+                  gpu_size: int = 8192) -> Ceilings | None:
+    """Every option checked before any work (one-line ValueError); returns the datasheet ceilings, if any.
+
+    Sizes positive; size, gemv N=K multiples of the tile; k_max >= 128; gpu_size a multiple of 128;
+    time_budget a positive finite number of seconds."""
+    check_sizes(size, size, size, tile)
+    check_sizes(1, gemv_size, gemv_size, tile)
+    if k_max < K_SWEEP[0]:
+        raise ValueError(f"k_max must be at least {K_SWEEP[0]}, got {k_max}")
+    for label, value in (("sweep_outputs", sweep_outputs), ("ceiling_size", ceiling_size), ("gpu_size", gpu_size)):
+        if value <= 0:
+            raise ValueError(f"{label} must be a positive integer, got {value}")
+    if backend not in ("cpu", "gpu"):
+        raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
+    if backend == "gpu" and gpu_size % BLOCK_K:
+        raise ValueError(f"gpu_size={gpu_size} is not a multiple of {BLOCK_K} (the fp8 block edge)")
+    if not (math.isfinite(time_budget) and time_budget > 0):
+        raise ValueError(f"time_budget must be positive seconds, got {time_budget}")
+    standard_variants(acc_bits, acc_rounding)  # accumulator bits and rounding
+    return ceiling_options.datasheet(accelerator, peak_tflops, bandwidth)
 
 
 def measured_ceilings(hardware: list[Timing], copy: Timing) -> Ceilings:
@@ -318,6 +337,19 @@ def roofline_figure(hardware: list[Timing], measured: Ceilings, datasheet: Ceili
     )
 
 
+def gpu_status(row: Any) -> str | None:
+    """PASS / FAIL / FAILED (expected) for a checked GPU row, ERROR for one that raised, None if unchecked."""
+    if row.error:
+        return "ERROR"
+    return None if row.passed is None else status_label(row.passed, row.expected_to_fail)
+
+
+def _ratio(values: dict[str, float], num: str, den: str) -> float:
+    """values[num] / values[den]; NaN when either is missing (a failed row) or the denominator is 0."""
+    top, bottom = values.get(num, math.nan), values.get(den, math.nan)
+    return top / bottom if bottom else math.nan
+
+
 def load_gpu_bench(device: str = "cuda") -> ModuleType:
     """precisionlab.gemm.kernels.bench, or a one-line error when torch/triton/CUDA are missing."""
     try:
@@ -341,34 +373,37 @@ def run_gpu(size: int, seed: int = 0, device: str = "cuda", **sizes: int) -> Lab
     rows: list[list[Scalar]] = []
     for r in report.rows:
         fraction = report.fraction_of_ceiling(r)
-        status = None if r.passed is None else status_label(r.passed, r.expected_to_fail)
+        status = gpu_status(r)
         rows.append([r.name, r.kind, r.precision, r.shape, r.ms, r.tflops, r.gbps, r.max_rel_err, r.tolerance,
-                     status, fraction, r.note])
+                     status, fraction, r.error or r.note])
         findings[f"gpu.{r.name}.tflops"] = r.tflops
         findings[f"gpu.{r.name}.gbps"] = r.gbps
         findings[f"gpu.{r.name}.fraction_of_ceiling"] = fraction
         if r.passed is not None and r.flops > 0:
             findings[f"gemm.{r.name}.max_rel_err"] = r.max_rel_err
             findings[f"gemm.{r.name}.passed"] = r.passed
-    err = {r.name: r.max_rel_err or math.nan for r in report.rows}
-    findings["gemm.bf16_over_fp16_error_ratio"] = err["triton_dot_bf16"] / err["triton_dot_fp16"]
-    findings["gemm.fp16_acc_error_ratio"] = err["triton_dot_fp16_acc16"] / err["triton_dot_fp16"]
-    acc = dict(report.accumulation)
-    findings["gemm.fp8_promotion_error_gain"] = acc[bench.NO_PROMOTION] / acc[bench.PROMOTED]
+    err = {r.name: math.nan if r.max_rel_err is None else r.max_rel_err for r in report.rows}
+    findings["gemm.bf16_over_fp16_error_ratio"] = _ratio(err, "triton_dot_bf16", "triton_dot_fp16")
+    findings["gemm.fp16_acc_error_ratio"] = _ratio(err, "triton_dot_fp16_acc16", "triton_dot_fp16")
+    findings["gemm.fp8_promotion_error_gain"] = _ratio(dict(report.accumulation), bench.NO_PROMOTION, bench.PROMOTED)
+    findings["gpu.failed_rows"] = sum(1 for r in report.rows if r.error)
     table = Table(
         key="gpu", title=f"GPU kernels on {report.device} (hardware)",
         columns=["kernel", "kind", "math", "shape", "ms", "TFLOP/s", "GB/s", "max rel err", "tolerance", "status",
                  "fraction of ceiling", "note"],
         rows=rows,
-        note=("triton.testing.do_bench medians. fraction of ceiling: achieved / min(best torch.matmul rate of the "
-              "same precision, intensity × measured copy bandwidth); axpy rows: GB/s / copy GB/s."),
+        note=("triton.testing.do_bench medians after warm-up; each row checked once before timing. fraction of "
+              "ceiling: achieved / min(best torch.matmul rate of the same precision, intensity × measured copy "
+              "bandwidth); axpy rows: GB/s / copy GB/s. ERROR: the row raised (its message is in the note) and "
+              "the run went on."),
         formats={"ms": ".4g", "TFLOP/s": ".4g", "GB/s": ".4g", "max rel err": ".3e", "tolerance": ".2e",
                  "fraction of ceiling": ".2f"},
     )
     accumulation = Table(
         key="fp8_accumulation", title="FP8 accumulation on the GPU against the emulated narrow accumulator",
         columns=["path", "max rel err"], rows=[[label, value] for label, value in report.accumulation],
-        note="K = 4096, 64×64 outputs, e4m3 per-tensor scales; the emulation uses the same inputs.",
+        note=("e4m3 per-tensor scales, 64×64 outputs, K = 4096 (the defaults); the emulation uses the same "
+              "inputs. NaN: that device path raised."),
         formats={"max rel err": ".3e"},
     )
     return LabResult(name="gemm", title=f"Mixed-precision GEMM on {report.device}", sections=[table, accumulation],
