@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,6 +50,12 @@ def COMMAND(backend: str, size: int, gemv_size: int, tile: int, acc_bits: int, a
 
     from precisionlab.labs import gemm
 
+    options: dict[str, Any] = {
+        "size": size, "gemv_size": gemv_size, "tile": tile, "acc_bits": acc_bits, "acc_rounding": acc_rounding,
+        "k_max": k_max, "sweep_outputs": sweep_outputs, "ceiling_size": ceiling_size, "time_budget": time_budget,
+        "backend": backend, "accelerator": accelerator, "peak_tflops": peak_tflops, "bandwidth": bandwidth,
+        "gpu_size": gpu_size}
+    gemm.check_options(**options)  # bad input fails here, before the progress bar starts
     with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("gemm", total=gemm.STAGES)
 
@@ -56,8 +63,5 @@ def COMMAND(backend: str, size: int, gemv_size: int, tile: int, acc_bits: int, a
             progress.update(task, description=description)
             progress.advance(task)
 
-        result = gemm.run(size=size, gemv_size=gemv_size, tile=tile, acc_bits=acc_bits, acc_rounding=acc_rounding,
-                          k_max=k_max, sweep_outputs=sweep_outputs, ceiling_size=ceiling_size,
-                          time_budget=time_budget, seed=seed, backend=backend, accelerator=accelerator,
-                          peak_tflops=peak_tflops, bandwidth=bandwidth, gpu_size=gpu_size, stage=stage)
+        result = gemm.run(**options, seed=seed, stage=stage)
     emit(result, as_json, out_dir)

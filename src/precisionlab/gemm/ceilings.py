@@ -8,6 +8,8 @@ both a bandwidth and at least one peak are needed.
 
 from __future__ import annotations
 
+import math
+
 from precisionlab.gemm.roofline import Ceilings, datasheet_ceilings
 from precisionlab.hardware import Accelerator, get_accelerator
 
@@ -23,8 +25,8 @@ def parse_peaks(specs: list[str] | tuple[str, ...]) -> dict[str, float]:
             number = float(value)
         except ValueError:
             raise ValueError(f"--peak-tflops takes VALUE or PREC=VALUE, got {spec!r}") from None
-        if number <= 0:
-            raise ValueError(f"peak TFLOP/s must be positive, got {spec!r}")
+        if not (math.isfinite(number) and number > 0):
+            raise ValueError(f"peak TFLOP/s must be a positive number, got {spec!r}")
         peaks[precision.strip().lower() or DEFAULT_PEAK_PRECISION] = number
     return peaks
 
@@ -33,6 +35,8 @@ def datasheet(accelerator: str | None, peaks: list[str] | tuple[str, ...] = (),
               bandwidth: float | None = None) -> Ceilings | None:
     """Datasheet ceilings from a preset and/or overrides; None when nothing was asked for."""
     peak_values = parse_peaks(peaks)
+    if bandwidth is not None and not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise ValueError(f"bandwidth must be a positive number of GB/s, got {bandwidth}")
     if accelerator is None and not peak_values and bandwidth is None:
         return None
     if accelerator is not None:
