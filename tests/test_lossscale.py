@@ -99,3 +99,19 @@ def test_bad_gradient_files(run_cli, tmp_path: Path, name: str, array: np.ndarra
     assert result.exit_code == 2
     assert needle in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_census_of_float64_subnormal_gradients(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # 1e-310 needs a scale of 2^k with k = floor(log2(65520 / 1e-310)) = 1045 (checked with exact Fractions):
+    # past float64's range, so the scale is reported as inf and the exponent exactly, not a traceback
+    from fractions import Fraction
+
+    path = tmp_path / "tiny.npy"
+    np.save(path, np.array([1e-310, 0.0]))
+    result = run_cli("lossscale", "census", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    findings = json.loads(result.output)["findings"]
+    k = findings["census.max_power_of_two_exponent"]
+    assert Fraction(1e-310) * 2**k < 65520 <= Fraction(1e-310) * 2 ** (k + 1)
+    assert findings["census.max_power_of_two_scale"] == "inf"
+    assert findings["census.fp16_scaled.normal_fraction"] == 0.5  # the tiny value lands in range, the zero stays

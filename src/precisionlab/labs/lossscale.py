@@ -37,7 +37,7 @@ def census_part(sample: GradientSample) -> tuple[list[Table], list[Figure], dict
     rows = [census(sample, name) for name in CENSUS_FORMATS]
     scaled = census(sample, "fp16", exponent)
     findings: dict[str, Scalar] = {"census.values": sample.total, "census.max_magnitude": sample.max_magnitude,
-                                   "census.max_power_of_two_scale": math.ldexp(1.0, exponent),
+                                   "census.max_power_of_two_scale": _power_of_two(exponent),
                                    "census.max_power_of_two_exponent": exponent}
     for row in rows:
         for name in ("subnormal", "zero", "overflow", "normal"):
@@ -57,6 +57,11 @@ def census_part(sample: GradientSample) -> tuple[list[Table], list[Figure], dict
         formats={c: ".4f" for c in ("zero (flushed)", "subnormal", "normal", "overflow", "input zeros")},
     )
     return [table], [_census_figure(sample, exponent)], findings
+
+
+def _power_of_two(exponent: int) -> float:
+    """2^exponent as a float; inf past float64's range (gradients below 1e-308 ask for 2^1024 and more)."""
+    return math.ldexp(1.0, exponent) if exponent < 1024 else math.inf
 
 
 def _census_figure(sample: GradientSample, exponent: int) -> Figure:

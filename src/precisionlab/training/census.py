@@ -140,7 +140,8 @@ class CensusRow:
 
     @property
     def scale(self) -> float:
-        return math.ldexp(1.0, self.scale_exponent)
+        """2^scale_exponent (inf when that is past float64's range)."""
+        return math.ldexp(1.0, self.scale_exponent) if self.scale_exponent < 1024 else math.inf
 
     def fraction(self, name: str) -> float:
         if name not in CLASSES:
