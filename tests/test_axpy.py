@@ -52,10 +52,13 @@ def test_cli_json(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert data["lab"] == "axpy" and data["findings"]["axpy.fp32.gbps"] > 0
 
 
-@pytest.mark.parametrize("args", [("--n", "0"), ("--n", "-5"), ("--backend", "tpu")])
+@pytest.mark.parametrize("args", [("--n", "0"), ("--n", "-5"), ("--backend", "tpu"), ("--time-budget", "0"),
+                                  ("--time-budget", "nan"), ("--time-budget", "-1")])
 def test_cli_bad_input(run_cli, args) -> None:  # type: ignore[no-untyped-def]
     res = run_cli("axpy", *args)
     assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
 
 
 def test_gpu_backend_without_cuda(run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -87,11 +87,15 @@ def test_cli_json_and_png(run_cli, tmp_path) -> None:  # type: ignore[no-untyped
 
 @pytest.mark.parametrize("args", [("--size", "0"), ("--size", "100"), ("--gemv-size", "-4"), ("--tile", "0"),
                                   ("--peak-tflops", "9"), ("--backend", "tpu"), ("--acc-bits", "30"),
-                                  ("--k-max", "100"), ("--time-budget", "0"), ("--accelerator", "h900")])
+                                  ("--k-max", "100"), ("--time-budget", "0"), ("--time-budget", "nan"),
+                                  ("--accelerator", "h900"), ("--bandwidth", "nan", "--peak-tflops", "5"),
+                                  ("--peak-tflops", "inf", "--bandwidth", "5"), ("--sweep-outputs", "0"),
+                                  ("--backend", "gpu", "--gpu-size", "100")])
 def test_cli_bad_input_is_one_line_exit_2(run_cli, args) -> None:  # type: ignore[no-untyped-def]
     res = run_cli("gemm", *args)
     assert res.exit_code == 2
-    assert "Traceback" not in res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
 
 
 def test_cli_error_message_names_the_problem(run_cli) -> None:  # type: ignore[no-untyped-def]
