@@ -185,3 +185,10 @@ def test_kv_crossover_text_for_a_sliding_window() -> None:
     # at batch 32 the windowed cache (32 x 4096 x 128 KiB = 16 GiB) does pass the 14.5 GB of bf16 weights
     expected = 2 * 7_241_732_096 // (32 * 131072) + 1  # smallest L with 32 x L x 128 KiB > bf16 weights
     assert f"from {expected} tokens at batch 32" in advice.throughput
+
+
+def test_custom_with_no_range_needed_says_so() -> None:
+    advice = advise("custom", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100", role="weights",
+                                     range_decades=0.0, rel_error=0.3))
+    assert advice.format == "e2m1"  # 4 bits, u = 2^-2 = 0.25 <= 0.3: the fewest bits that meet the need
+    assert "no range was asked for" in advice.range and "inf" not in advice.range

@@ -164,7 +164,7 @@ RULES: tuple[Rule, ...] = (
                                  "{bound}-bound on {gpu}",
         recommend="{format} (meeting the needs: {considered})",
         range="needs {need_decades:g} decades; {format} keeps relative error ≤ {need_rel:g} over {have_decades:.3g} "
-              "decades (max finite {max_finite:.4g}), a margin of ×{range_margin:.3g}",
+              "decades (max finite {max_finite:.4g}){range_margin_text}",
         precision="unit roundoff {roundoff:.3g} against {need_rel:g} needed, a margin of ×{precision_margin:.3g}",
         throughput="{throughput_text}",
         risk="{notes}",

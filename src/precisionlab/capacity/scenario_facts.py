@@ -239,6 +239,8 @@ def custom_facts(inp: Inputs) -> dict[str, Any]:
         "format": best.name, "role": inp.role, "bound": inp.bound, "need_decades": inp.range_decades,
         "need_rel": inp.rel_error, "have_decades": best.decades, "max_finite": fmt.max_finite,
         "roundoff": best.roundoff, "range_margin": best.decades / inp.range_decades if inp.range_decades else math.inf,
+        "range_margin_text": (f", a margin of ×{best.decades / inp.range_decades:.3g}" if inp.range_decades
+                              else "; no range was asked for"),
         "precision_margin": inp.rel_error / best.roundoff, "throughput_text": throughput,
         "notes": "; ".join(notes), "fallback": fallback,
         "gpu": inp.accelerator.name, "considered": ", ".join(c.name for c in found),
