@@ -36,3 +36,17 @@ def test_clipped_fraction_counts_floor_clipping() -> None:
     assert error_metrics(z, quantize(z, "mxfp4")).frac_clipped == 0.0
     z[0, 0] = 3.9  # X = 0.5; 7.8 > 7: saturated (FLOOR clips)
     assert error_metrics(z, quantize(z, "mxfp4")).frac_clipped == 1 / 32
+
+
+def test_clipped_fraction_asymmetric() -> None:
+    # int8 asym, e4m3 scale: lo = 0, hi = 300 -> ideal s = 300/255 = 1.176 -> e4m3 1.125 (grid 1.125 | 1.25);
+    # z = -128 - rint(0 / s) = -128; the top code 127 stands for (127 + 128) * 1.125 = 286.875, so values
+    # above 286.875 + 1.125 / 2 = 287.4375 saturate: 288 and 300 do, 287 does not (287 / 1.125 -> 255).
+    x = np.zeros((1, 32), dtype=np.float32)
+    x[0, 1:4] = [287.0, 288.0, 300.0]
+    q = quantize(x, "int8:row:asym:scale=e4m3")
+    assert q.scales[0, 0] == 1.125 and q.zero_points[0, 0, 0] == -128
+    assert error_metrics(x, q).frac_clipped == 2 / 32
+    positive = np.abs(np.random.default_rng(1).standard_normal((4, 64))).astype(np.float32)
+    for scheme in ("int8:row:asym", "int4:g32:asym", "uint8:row"):  # an fp16-scaled asym range holds its data
+        assert error_metrics(positive, quantize(positive, scheme)).frac_clipped == 0.0

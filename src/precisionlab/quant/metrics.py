@@ -8,7 +8,8 @@
                     magnitude by more than half the top step, (max + gap/2) * block scale,
                     where gap is the distance from the element max to the next value below
                     (so a block max that exceeds the limit by a rounding hair, e.g. after an
-                    fp16 scale rounded down, does not count)
+                    fp16 scale rounded down, does not count); asymmetric schemes: x outside
+                    [(qmin - z - 1/2) s, (qmax - z + 1/2) s]
 
 Non-finite input elements are left out of every measure.
 """
@@ -64,7 +65,11 @@ def error_metrics(x: Any, q: QuantizedTensor, x_hat: np.ndarray | None = None) -
 
 
 def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
-    """Fraction of finite elements with |x| > (element max + top gap / 2) * block scale: they saturated."""
+    """Fraction of finite elements outside their block's range widened by half the top step: they saturated.
+
+    Symmetric: |x| > (element max + top gap / 2) * divisor. Asymmetric (integer codes
+    qmin..qmax, zero point z): x < (qmin - z - 1/2) * s or x > (qmax - z + 1/2) * s.
+    """
     arr, _ = as_array(x)
     axis, _, view_shape = canonical_view(arr.shape, q.scheme)
     view = to_view(arr, axis, view_shape)
@@ -74,17 +79,25 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
         view = view[:, keep, :]
     lay = q.layout
     cod = make_codec(q.scheme)
-    magnitudes = np.unique(np.abs(cod.values()[np.isfinite(cod.values())]).astype(np.float64))
-    top = magnitudes[-1] + (magnitudes[-1] - magnitudes[-2]) / 2
-    limit = _divisors(q, cod).astype(np.float64) * top  # (B, row blocks, column blocks)
+    divisor = _divisors(q, cod).astype(np.float64)  # (B, row blocks, column blocks)
+    if q.zero_points is None:
+        magnitudes = np.unique(np.abs(cod.values()[np.isfinite(cod.values())]).astype(np.float64))
+        upper = divisor * (magnitudes[-1] + (magnitudes[-1] - magnitudes[-2]) / 2)
+        lower = -upper
+    else:
+        codes = cod.values().astype(np.float64)
+        z = q.zero_points.astype(np.float64)
+        upper = divisor * (codes.max() - z + 0.5)
+        lower = divisor * (codes.min() - z - 0.5)
     br = lay.padded[1] if lay.whole_rows else lay.block[0]
     n = view.shape[2]
     rows = max(1, CHUNK // max(n, 1))
     clipped = 0
     for b in range(view.shape[0]):
         for r0 in range(0, view.shape[1], rows):
-            chunk = np.abs(np.asarray(view[b, r0 : r0 + rows, :], dtype=np.float64))
-            row_limit = limit[b][np.arange(r0, r0 + chunk.shape[0]) // br]
-            full = np.repeat(row_limit, lay.block[1], axis=1)[:, :n]
-            clipped += int(np.count_nonzero(np.isfinite(chunk) & (chunk > full)))
+            chunk = np.asarray(view[b, r0 : r0 + rows, :], dtype=np.float64)
+            block_rows = np.arange(r0, r0 + chunk.shape[0]) // br
+            hi = np.repeat(upper[b][block_rows], lay.block[1], axis=1)[:, :n]
+            lo = np.repeat(lower[b][block_rows], lay.block[1], axis=1)[:, :n]
+            clipped += int(np.count_nonzero(np.isfinite(chunk) & ((chunk > hi) | (chunk < lo))))
     return clipped / max(arr.size, 1)
