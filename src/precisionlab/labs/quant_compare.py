@@ -86,9 +86,10 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
             points[scheme][0].append(q.bits_per_element)
             points[scheme][1].append(m.rel_err)
     note = ("rel err = ||x_hat - x|| / ||x||; SQNR = 10 log10(sum x^2 / sum err^2); clipped = share of elements "
-            "that saturated (beyond their block's largest value by more than half the top step); bytes include "
-            "scales, zero points, padding, outlier rows and tensor scales; padded = zeros added to fill the last "
-            "group of each row (stored and counted in the bytes). Empty cells: a 2-D block scheme on a 1-D tensor.")
+            "that saturated (beyond their block's largest value, or asym range, by more than half the top step); "
+            "bytes include scales, zero points, padding, outlier rows and tensor scales; padded = zeros added to fill "
+            "the last group of each row (stored and counted in the bytes). Empty cells: a 2-D block scheme on a "
+            "1-D tensor.")
     if skipped:
         note += f" Skipped integer tensors: {', '.join(skipped)}."
     table = Table(key="compare", title=f"Schemes on {path.name}",
