@@ -7,7 +7,9 @@ import pytest
 
 from precisionlab.quant import quantize
 
-SCALE_DTYPES = {"fp16": np.float16, "fp32": np.float32}
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+SCALE_DTYPES = {"fp16": np.float16, "fp32": np.float32, "bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
 
 
 def reference_symmetric(w: np.ndarray, bits: int, rows: int, cols: int, scale: str) -> tuple[np.ndarray, np.ndarray]:
@@ -23,7 +25,9 @@ def reference_symmetric(w: np.ndarray, bits: int, rows: int, cols: int, scale: s
         for bj, c0 in enumerate(range(0, n_pad, cols)):
             block = padded[r0 : r0 + rows, c0 : c0 + cols]
             amax = float(np.abs(block).max())
-            s = 1.0 if amax == 0 else float(SCALE_DTYPES[scale](amax / qmax))
+            s = 1.0 if amax == 0 else float(np.asarray(amax / qmax).astype(SCALE_DTYPES[scale]))
+            if s == 0.0 and amax > 0:  # documented: a nonzero block never gets scale 0 (smallest subnormal)
+                s = float(ml_dtypes.finfo(SCALE_DTYPES[scale]).smallest_subnormal)
             scales[bi, bj] = s
             q[r0 : r0 + rows, c0 : c0 + cols] = np.clip(np.rint(block / np.float32(s)), -qmax, qmax)
     return q, scales
@@ -58,6 +62,8 @@ def matrix() -> np.ndarray:
     ("int2:g16", 2, 1, 16, "fp16"),
     ("int8:block16x64", 8, 16, 64, "fp16"),
     ("int8:tile1x128", 8, 1, 128, "fp16"),
+    ("int8:row:scale=bf16", 8, 1, 200, "bf16"),
+    ("int4:g32:scale=e4m3", 4, 1, 32, "e4m3"),
 ])
 def test_symmetric_matches_reference(matrix: np.ndarray, scheme: str, bits: int, rows: int, cols: int,
                                      scale: str) -> None:
