@@ -31,3 +31,12 @@ def test_margin_and_zero() -> None:
     assert CurrentScaler().step(np.zeros(3)) == 1.0
     with pytest.raises(ValueError, match="history"):
         DelayedScaler(history=0)
+
+
+def test_nonfinite_step_is_refused_without_touching_the_history() -> None:
+    delayed = DelayedScaler("e4m3", history=2)
+    delayed.step(np.array([1.0]))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        delayed.step(np.array([np.inf, 1.0]))
+    assert list(delayed.amax_history) == [1.0]
+    assert delayed.step(np.array([2.0])) == np.float32(1.0 / 448)  # still the previous step's amax

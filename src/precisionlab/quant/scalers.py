@@ -33,7 +33,11 @@ def _scale(amax: float, element: str, margin: int) -> float:
 
 
 def _amax(x: Any) -> float:
-    return float(np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=0.0))
+    """max |x|; a tensor holding NaN or inf is refused at once (it would poison the history)."""
+    amax = float(np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=0.0))
+    if not np.isfinite(amax):
+        raise ValueError("the tensor holds NaN or inf; an fp8 scale needs a finite amax (skip or clean the step)")
+    return amax
 
 
 @dataclass
