@@ -72,14 +72,16 @@ def int8_table(w: np.ndarray) -> tuple[Table, dict[str, dict[str, float]]]:
         }
         stats[scheme] = entry
         rows.append([label, scheme, entry["rel_err"], entry["typical_rms"], entry["outlier_rms"], q.nbytes,
-                     fp32_bytes / q.nbytes])
+                     fp32_bytes / q.nbytes, q.padded_elements])
     table = Table(
         key="int8_schemes",
         title=f"int8 schemes on a {w.shape[0]}x{w.shape[1]} matrix with one outlier row",
-        columns=["scheme", "spec", "rel err W", "typical-row rms err", "outlier-row rms err", "bytes", "vs fp32"],
+        columns=["scheme", "spec", "rel err W", "typical-row rms err", "outlier-row rms err", "bytes", "vs fp32",
+                 "padded"],
         rows=rows,
         note=("rel err = ||W_hat - W|| / ||W||; typical rows = every row but the outlier. Bytes count payload, "
-              "fp16 scales (fp32 where stated), int8 zero points, the fp16 row and its int32 index."),
+              "fp16 scales (fp32 where stated), int8 zero points, the fp16 row and its int32 index; padded = zeros "
+              "filling the last group of each row when g does not divide it (stored and counted in the bytes)."),
         formats={"rel err W": ".4g", "typical-row rms err": ".4g", "outlier-row rms err": ".4g", "vs fp32": ".3f"},
     )
     return table, stats
@@ -93,16 +95,16 @@ def low_bit_table(w: np.ndarray) -> tuple[Table, Figure]:
         q = quantize(w, scheme)
         err = q.dequantize().astype(np.float64) - w
         rel = float(np.linalg.norm(err)) / norm
-        rows.append([scheme, q.bits_per_element, rel, float(np.abs(err).max()), q.nbytes])
+        rows.append([scheme, q.bits_per_element, rel, float(np.abs(err).max()), q.nbytes, q.padded_elements])
         series.append(Series(scheme, [q.bits_per_element], [rel], kind="scatter"))
     table = Table(
         key="low_bit_schemes",
         title="Block-scaled formats on the same matrix",
-        columns=["scheme", "bits/elem", "rel err W", "max err", "bytes"],
+        columns=["scheme", "bits/elem", "rel err W", "max err", "bytes", "padded"],
         rows=rows,
         note=("mx*: 32-element blocks with a ue8m0 scale (OCP MX); nvfp4: 16-element blocks, e4m3 scale and an "
               "fp32 tensor scale; dsv3_*: DeepSeek-V3's 128x128 weight blocks / 1x128 tiles with fp32 scales. "
-              "The outlier row sits inside its own blocks, so fine blocks contain it."),
+              "The outlier row sits inside its own blocks, so fine blocks contain it. padded: as above."),
         formats={"bits/elem": ".4g", "rel err W": ".4g", "max err": ".4g"},
     )
     figure = Figure(key="error_vs_bits", title="Relative error against bits per element",
