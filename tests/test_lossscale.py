@@ -115,3 +115,13 @@ def test_census_of_float64_subnormal_gradients(run_cli, tmp_path: Path) -> None:
     assert Fraction(1e-310) * 2**k < 65520 <= Fraction(1e-310) * 2 ** (k + 1)
     assert findings["census.max_power_of_two_scale"] == "inf"
     assert findings["census.fp16_scaled.normal_fraction"] == 0.5  # the tiny value lands in range, the zero stays
+
+
+def test_numpy_only_no_heavy_imports() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, precisionlab.training, precisionlab.labs.lossscale, precisionlab.cli.lossscale; "
+            "print(sorted({'torch', 'triton', 'matplotlib', 'rich'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
