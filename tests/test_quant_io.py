@@ -154,3 +154,15 @@ def test_dotted_names_round_trip(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reserved"):
         save_quantized(tmp_path / "r.safetensors", {"__metadata__": q["model.layers.0"]})
     assert not (tmp_path / "r.safetensors").exists()
+
+
+def test_we_read_a_torch_bf16_file(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch_io = pytest.importorskip("safetensors.torch")
+    t = torch.randn(3, 40).to(torch.bfloat16)
+    torch_io.save_file({"layer.w": t}, str(tmp_path / "bf16.safetensors"))
+    entries, _ = read_safetensors(tmp_path / "bf16.safetensors")
+    assert entries["layer.w"].dtype == "BF16"
+    np.testing.assert_array_equal(entries["layer.w"].to_float32(), t.float().numpy())  # torch's own widening
+    np.testing.assert_array_equal(quantize(entries["layer.w"].to_float32(), "int4:g32").codes,
+                                  quantize(t, "int4:g32").codes)
