@@ -192,3 +192,10 @@ def test_custom_with_no_range_needed_says_so() -> None:
                                      range_decades=0.0, rel_error=0.3))
     assert advice.format == "e2m1"  # 4 bits, u = 2^-2 = 0.25 <= 0.3: the fewest bits that meet the need
     assert "no range was asked for" in advice.range and "inf" not in advice.range
+
+
+def test_custom_compute_bound_int8_rate_in_tops() -> None:
+    advice = advise("custom", Inputs(accelerator=get_accelerator("a100"), gpu_key="a100", role="activations",
+                                     range_decades=1.0, rel_error=0.1, bound="compute"))
+    # A100 datasheet (dense): int8 624 TOPS, bf16 312 TFLOPS
+    assert "int8 at 624 TOP/s against 312 TFLOP/s for bf16" in advice.throughput

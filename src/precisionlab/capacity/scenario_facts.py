@@ -15,6 +15,7 @@ import numpy as np
 
 from precisionlab.capacity.format_choice import (
     ALL_FP8,
+    PEAK_KEY,
     ROLE_NOTES,
     candidates,
     decades_at,
@@ -225,8 +226,8 @@ def custom_facts(inp: Inputs) -> dict[str, Any]:
     ref = get_format("bf16")
     scaled = isinstance(fmt, IntFormat) or fmt.bits <= 8
     if inp.bound == "compute":
-        throughput = (f"compute-bound: {inp.accelerator.name} runs {best.name} at {best.peak:g} TFLOP/s against "
-                      f"{inp.accelerator.peak_tflops.get('bf16', math.nan):g} for bf16")
+        throughput = (f"compute-bound: {inp.accelerator.name} runs {best.name} at "
+                      f"{rate(inp.accelerator, PEAK_KEY[best.name])} against {rate(inp.accelerator, 'bf16')} for bf16")
     else:
         throughput = (f"memory-bound: {best.bits} bits per value against {ref.bits} for bf16, "
                       f"{best.bits / ref.bits:g}× the bytes to move")
