@@ -4,6 +4,7 @@ against a number derived here, plus option errors (one line, exit 2) and the wri
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import math
 from fractions import Fraction
@@ -206,6 +207,25 @@ def test_variance_findings(lab_json: dict[str, Any]) -> None:
     assert f["variance.welford_fp32"] == welford_by_loop(values)
     assert abs(f["variance.two_pass_fp32"] - exact) < 0.05 * exact
     assert abs(f["variance.welford_fp32"] - exact) < 0.05 * exact
+
+
+def test_variance_at_the_default_size() -> None:
+    """Section 7 at the issue's n = 1e5 (the quick run uses 2e4): one-pass visibly wrong, both fixes
+    within 5% of the exact variance, every fp32 number equal to the loops written here."""
+    from precisionlab.labs.limits import variance_table
+
+    n = 100_000
+    assert inspect.signature(LAB.run).parameters["variance_n"].default == n
+    findings: dict[str, Any] = {}
+    variance_table(n, 0, 0, findings)
+    values = variance_data(n)
+    exact = float(exact_variance(values))
+    assert findings["variance.one_pass_fp32"] == one_pass_by_loop(values)
+    assert findings["variance.one_pass_fp32"] < 0 or findings["variance.one_pass_fp32"] > 1000 * exact
+    assert findings["variance.two_pass_fp32"] == two_pass_by_loop(values)
+    assert findings["variance.welford_fp32"] == welford_by_loop(values)
+    for key in ("variance.two_pass_fp32", "variance.welford_fp32"):
+        assert abs(findings[key] - exact) < 0.05 * exact
 
 
 def test_fp8_findings(lab_json: dict[str, Any]) -> None:
