@@ -38,7 +38,10 @@ def test_drill_findings(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert {k: f[f"drill.bytes.{k}"] for k in expected} == expected
     assert f["drill.rest_rms_improvement"] > 3  # rms improves several-fold ...
     assert 0.9 < f["drill.rest_max_change"] < 1.2  # ... while the max barely moves
-    assert f["drill.alignment_damage_ratio"] > 1.3  # straddling a boundary damages two groups
+    # straddling a g32 boundary puts 2*32 - 4 = 60 ordinary weights per row on the outliers' coarse step
+    # (12.5 / 127) instead of 32 - 4 = 28; that step's uniform rounding error dominates the rest rms, so
+    # the ratio is about sqrt(60 / 28) = 1.46
+    assert f["drill.alignment_damage_ratio"] == pytest.approx((60 / 28) ** 0.5, rel=0.05)
     rel = [f[f"drill.rel_err_w.{k}"] for k in expected]
     assert rel == sorted(rel, reverse=True)
 
