@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import click
 from precisionlab.cli.common import emit, lab_output_options
 from precisionlab.labs import limits
 from precisionlab.labs.result import LabResult
+
+DEFAULTS = {name: p.default for name, p in inspect.signature(limits.run).parameters.items()}
+"""The lab's own defaults, quoted in the help text."""
 
 
 def parse_value(text: str) -> float:
@@ -37,15 +41,21 @@ def parse_formats(text: str | None) -> list[str] | None:
               help="The value sent through every format in the round-trip table.")
 @click.option("--formats", "formats_text", default=None, metavar="LIST",
               help="Comma-separated float formats for the round-trip, exp and 1+t tables (default: all).")
-@click.option("--min-log2-n", type=int, default=None, help="Smallest dot-product length as a power of two [6].")
+@click.option("--min-log2-n", type=int, default=None,
+              help=f"Smallest dot-product length as a power of two [{DEFAULTS['min_log2_n']}].")
 @click.option("--max-log2-n", type=int, default=None,
-              help="Largest dot-product length as a power of two [16]; 20 gives 2^20 (about a minute).")
-@click.option("--order-n", type=int, default=None, help="Values in the summation-order sum, a multiple of 4096 [2^20].")
-@click.option("--variance-n", type=int, default=None, help="Values in the cancellation (variance) section [100000].")
+              help=f"Largest dot-product length as a power of two [{DEFAULTS['max_log2_n']}]; 20 gives 2^20 "
+                   "(about a minute).")
+@click.option("--order-n", type=int, default=None,
+              help=f"Values in the summation-order sum, a multiple of {limits.MAX_BLOCKS} [{DEFAULTS['order_n']}].")
+@click.option("--variance-n", type=int, default=None,
+              help=f"Values in the cancellation (variance) section [{DEFAULTS['variance_n']}].")
 @click.option("--drift-n", type=int, default=None,
-              help="Values in the larger variance run that shows two-pass and Welford drifting [1000000]; 0 skips.")
-@click.option("--stall-count", type=int, default=None, help="Repeated additions of 0.01 in the stall table [1000000].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random input.")
+              help=f"Values in the larger variance run that shows two-pass and Welford drifting "
+                   f"[{DEFAULTS['drift_n']}]; 0 skips.")
+@click.option("--stall-count", type=int, default=None,
+              help=f"Repeated additions of 0.01 in the stall table [{DEFAULTS['stall_count']}].")
+@click.option("--seed", type=int, default=DEFAULTS["seed"], show_default=True, help="Seed of every random input.")
 @click.option("--quick", is_flag=True, help="Small sizes (seconds), as the tests and `run --quick` use.")
 @lab_output_options
 def COMMAND(value_text: str, formats_text: str | None, min_log2_n: int | None, max_log2_n: int | None,
