@@ -81,7 +81,9 @@ def first_grid_point_above(threshold: Fraction) -> float:
 @pytest.mark.parametrize(
     ("name", "boundary", "expected"),
     [
-        # T = max + ulp(max)/2 (IEEE: a tie at T rounds to the even max, so overflow starts above T)
+        # T = max + ulp(max)/2, the midpoint above max (a tie at T goes to the even side: up to overflow
+        # from fp16's odd 65504, np.float16(65520) is inf; exp(k/100) is never exactly T, so either way
+        # the first non-finite grid point is the first one above T)
         ("fp16", Fraction(65504) + 16, 11.10),
         ("bf16", (2 - Fraction(1, 2**8)) * Fraction(2) ** 127, 88.73),
         ("fp32", (2 - Fraction(1, 2**24)) * Fraction(2) ** 127, 88.73),

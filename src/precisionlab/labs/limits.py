@@ -203,7 +203,7 @@ def exp_overflow_section(formats: list[FloatFormat], findings: dict[str, Scalar]
         columns=["format", "max finite", "ln(max)", "overflow policy", "first x with exp(x) > max",
                  "first non-finite x", "stored exp at that x"],
         rows=rows,
-        note=("exp(x) is rounded once to the format; it stops being finite above ln(max + ulp(max)/2) (fp16: "
+        note=("exp(x) is rounded once to the format; it stops being finite past ln(max + ulp(max)/2) (fp16: "
               "ln 65520 = 11.090, so 11.10). Formats that saturate (no inf, no NaN) clamp to max instead: '—'. "
               "An attention logit of 11.1 is ordinary. Fix: subtract the row max first (next table)."),
         formats={"max finite": ".5g", "ln(max)": ".6g"},
