@@ -268,7 +268,7 @@ def reference_asymmetric(w: np.ndarray, bits: int, unsigned: bool, rows: int, co
             if hi == lo:
                 s, z = 1.0, 0.0
             else:
-                s = float(np.float16((hi - lo) / (qmax - qmin)))
+                s = float(np.float16((hi - lo) / (qmax - qmin))) or 2.0**-24  # never 0: fp16's smallest subnormal
                 z = float(np.clip(qmin - np.rint(lo / s), qmin, qmax))
             qb = np.clip(np.rint(blk / np.float32(s)) + z, qmin, qmax)
             q[r0 : r0 + rows, c0 : c0 + cols] = qb
