@@ -58,7 +58,7 @@ def _applicable(scheme: str, ndim: int) -> bool:
 
 
 def compare(path: Path, schemes: list[str], progress: Progress | None = None) -> LabResult:
-    parsed = [str(parse_scheme(s)) for s in schemes]  # fail fast on a bad scheme
+    parsed = list(dict.fromkeys(str(parse_scheme(s)) for s in schemes))  # fail fast on a bad scheme; no repeats
     tensors, skipped = iter_tensors(path)
     rows: list[list[Scalar]] = []
     findings: dict[str, Scalar] = {}
@@ -109,7 +109,7 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
 
 def progress_total(path: Path, schemes: list[str]) -> int:
     tensors, _ = iter_tensors(path)
-    return len(tensors) * len(schemes)
+    return len(tensors) * len({str(parse_scheme(s)) for s in schemes})
 
 
 def split_schemes(values: tuple[str, ...]) -> Iterator[str]:
