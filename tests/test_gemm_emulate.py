@@ -19,6 +19,7 @@ from precisionlab.gemm import (
     emulated_matmul,
     random_inputs,
     store,
+    tolerance,
 )
 from precisionlab.rounding.exact_sum import accumulator_format, odd_sum
 
@@ -214,3 +215,16 @@ def test_double_rounding_trap_is_avoided() -> None:
     np.testing.assert_array_equal(got, exact_gemm(a, b, FP32))
     naive = np.float32(np.float64(one_up) + np.float64(a[0, 1]) * np.float64(b[1, 0]))
     assert naive != np.float32(one_up)  # the trap is real: plain float64 accumulation gets it wrong
+
+
+def test_tolerance_is_the_first_order_bound_and_holds() -> None:
+    """tol = 2u_s + u_s² + K·u_32 by hand: fp16 u_s = 2^-11, e4m3 u_s = 2^-4, fp32 u = 2^-24. On all-positive
+    data the fp32-accumulation pipelines stay inside it and the fp16 accumulator does not."""
+    assert tolerance(Variant("fp16", "fp16"), 256) == 2 * 2.0**-11 + 2.0**-22 + 256 * 2.0**-24
+    assert tolerance(Variant("e", "e4m3", scaling="tensor"), 128) == 2 * 2.0**-4 + 2.0**-8 + 128 * 2.0**-24
+    a, b = random_inputs(8, 8, 512, seed=4)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    for variant in (Variant("fp16", "fp16"), Variant("bf16", "bf16"), Variant("e", "e4m3", scaling="tensor")):
+        assert np.max(np.abs(emulated_matmul(a, b, variant) - ref) / ref) <= tolerance(variant, 512)
+    acc16 = Variant("fp16_acc16", "fp16", accumulator="fp16")
+    assert np.max(np.abs(emulated_matmul(a, b, acc16) - ref) / ref) > tolerance(acc16, 512)

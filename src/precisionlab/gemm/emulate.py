@@ -154,7 +154,8 @@ def random_inputs(m: int, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np
 
 
 def tolerance(variant: Variant, k: int) -> float:
-    """Worst-case relative error for non-negative data with fp32 accumulation (Higham's γ bound):
+    """Worst-case relative error for non-negative data with fp32 accumulation, to first order in u_32
+    (Higham's γ_K = K·u_32/(1 - K·u_32) bound, cross terms u_s·K·u_32 dropped; subnormals ignored):
 
         tol = 2u_s + u_s² + K·u_32,  u = ulp(1)/2 of the storage (u_s) and of fp32 (u_32).
 
