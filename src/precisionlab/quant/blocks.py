@@ -111,11 +111,3 @@ def from_view(v: np.ndarray, axis: int, moved: tuple[int, ...]) -> np.ndarray:
     """Inverse of to_view: back to the input's axis order."""
     return np.moveaxis(v.reshape(moved), -1, axis)
 
-
-def pad_rows(chunk: np.ndarray, n_padded: int) -> np.ndarray:
-    """Zero-pad the last axis of a (…, N) chunk to n_padded columns."""
-    if chunk.shape[-1] == n_padded:
-        return chunk
-    out = np.zeros((*chunk.shape[:-1], n_padded), dtype=chunk.dtype)
-    out[..., : chunk.shape[-1]] = chunk
-    return out

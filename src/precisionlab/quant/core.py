@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -380,6 +380,3 @@ def quantize_dequantize(x: Any, scheme: str | Scheme) -> np.ndarray:
     """Fake quantization: dequantize(quantize(x, scheme)) in x's shape (float32)."""
     return quantize(x, scheme).dequantize()
 
-
-def iter_schemes(specs: Iterable[str]) -> list[Scheme]:
-    return [parse_scheme(spec) for spec in specs]

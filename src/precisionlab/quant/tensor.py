@@ -15,7 +15,7 @@ Byte accounting (`nbytes`) counts everything stored:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,6 @@ class QuantizedTensor:
     """float16 (k, N): the rows kept out of the payload."""
     outlier_index: np.ndarray | None = None
     """int32 (k,): their row numbers in the (M, N) view, ascending."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     # ----------------------------------------------------------------- layout
     @property
