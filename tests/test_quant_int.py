@@ -296,3 +296,10 @@ def test_asymmetric_matches_reference(matrix: np.ndarray, scheme: str, bits: int
     np.testing.assert_array_equal(codes, ref_q)
     np.testing.assert_array_equal(q.zero_points[0].astype(np.float64), ref_z)
     np.testing.assert_array_equal(q.dequantize(), ref_out)
+
+
+def test_ml_dtypes_bf16_input() -> None:
+    x = np.random.default_rng(6).standard_normal((4, 64)).astype(ml_dtypes.bfloat16)
+    q = quantize(x, "int4:g32")
+    assert q.dtype == "bfloat16"
+    np.testing.assert_array_equal(q.dequantize(), quantize(x.astype(np.float32), "int4:g32").dequantize())
