@@ -74,11 +74,13 @@ PRESETS: dict[str, Accelerator] = {
     "h200": Accelerator("H200 SXM 141GB", 141, 4800,
                         {"fp64": 67, "fp32": 67, "tf32": 494.7, "bf16": 989.5, "fp16": 989.5, "fp8": 1979,
                          "int8": 1979}, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
-    # NVIDIA HGX B200 (per GPU): 180 GB HBM3e at 8 TB/s; dense 2.25 PFLOP/s bf16, 4.5 fp8, 9 fp4
-    # (the seed chapter: FP4 9 PFLOPS dense, 18 sparse, against 4.5 for FP8), 1.1 tf32, 37 TF fp64.
+    # NVIDIA DGX B200 datasheet, per GPU (the system's figures over 8): 1,440 GB -> 180 GB HBM3e,
+    # 64 TB/s -> 8 TB/s (the later HGX B200 table lists 7.7 TB/s; override with --bandwidth), dense
+    # 2.25 PFLOP/s bf16, 4.5 fp8, 9 fp4 (the seed chapter: FP4 9 PFLOPS dense, 18 sparse, against
+    # 4.5 for FP8), 1.1 tf32, 37 TF fp64 (296 TF over 8).
     "b200": Accelerator("B200 180GB", 180, 8000,
                         {"fp64": 37, "fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500,
-                         "fp4": 9000, "int8": 4500}, "NVIDIA HGX B200 datasheet; seeds/004 (FP4 vs FP8 peaks)"),
+                         "fp4": 9000, "int8": 4500}, "NVIDIA DGX B200 datasheet (per GPU); seeds/004 (FP4 vs FP8 peaks)"),
     # AMD Instinct MI300X datasheet: 192 GB HBM3 at 5.3 TB/s; dense 1307.4 TFLOP/s fp16/bf16,
     # 2614.9 fp8 and int8, 653.7 tf32, 163.4 fp32 and fp64 (matrix).
     "mi300x": Accelerator("MI300X 192GB", 192, 5300,
