@@ -99,3 +99,14 @@ def test_errors_are_clear(text: str, fragment: str) -> None:
 def test_every_element_parses() -> None:
     for element in ELEMENTS:
         assert parse_scheme(element).element == element
+
+
+ISSUE_EXAMPLES = ["int8", "int8:row", "int8:col", "int4:g128", "e4m3:block128x128", "e4m3:tile1x128", "int8:row:asym",
+                  "int8:row:scale=fp32", "int8:row:outliers=1", "mxfp8", "mxfp4:rceil", "nvfp4", "mxfp8_e5m2", "mxfp6",
+                  "mxfp6_e3m2", "mxint8", "dsv3_weight", "dsv3_act"]
+
+
+@pytest.mark.parametrize("text", ISSUE_EXAMPLES)
+def test_issue_examples_round_trip(text: str) -> None:
+    s = parse_scheme(text)
+    assert str(s) == text and parse_scheme(str(s)) == s
