@@ -80,7 +80,8 @@ PRESETS: dict[str, Accelerator] = {
     # 4.5 for FP8), 1.1 tf32, 37 TF fp64 (296 TF over 8).
     "b200": Accelerator("B200 180GB", 180, 8000,
                         {"fp64": 37, "fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500,
-                         "fp4": 9000, "int8": 4500}, "NVIDIA DGX B200 datasheet (per GPU); seeds/004 (FP4 vs FP8 peaks)"),
+                         "fp4": 9000, "int8": 4500},
+                        "NVIDIA DGX B200 datasheet (per GPU); seeds/004 (FP4 vs FP8 peaks)"),
     # AMD Instinct MI300X datasheet: 192 GB HBM3 at 5.3 TB/s; dense 1307.4 TFLOP/s fp16/bf16,
     # 2614.9 fp8 and int8, 653.7 tf32, 163.4 fp32 and fp64 (matrix).
     "mi300x": Accelerator("MI300X 192GB", 192, 5300,
