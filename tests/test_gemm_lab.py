@@ -129,3 +129,21 @@ def test_big_tiles_cross_the_fp32_ridge_of_a_datasheet() -> None:
     result = run(**options, accelerator="h200")
     assert result.findings["roofline.datasheet.fp32.bound"] == "compute"
     assert result.findings["roofline.datasheet.gemv_fp32.bound"] == "memory"
+
+
+def test_measured_roof_places_each_variant_by_hand_intensity(result) -> None:  # type: ignore[no-untyped-def]
+    """64³ with T = 32: 4 tiles each read a 32×64 strip of A and a 64×32 strip of B, and C is written once
+    in fp32, so fp32 moves 4·4096·4 + 4096·4 bytes and 16-bit 4·4096·2 + 4096·4, for 2·64³ FLOPs."""
+    f = result.findings
+    assert QUICK["size"] == 64 and QUICK.get("tile", 32) == 32
+    flops = 2 * 64**3
+    intensity = {"fp32": flops / (4 * 4096 * 4 + 4096 * 4), "fp16": flops / (4 * 4096 * 2 + 4096 * 4),
+                 "bf16": flops / (4 * 4096 * 2 + 4096 * 4)}
+    for prec, i in intensity.items():
+        roof = f.get(f"machine.{prec}_matmul_gflops")
+        if roof is None:
+            continue
+        memory_rate = i * f["machine.copy_gbps"]
+        assert f[f"roofline.measured.{prec}.bound"] == ("memory" if memory_rate < roof else "compute")
+        assert f[f"roofline.measured.{prec}.attainable_tflops"] == pytest.approx(min(memory_rate, roof) / 1e3)
+    assert "roofline.measured.e4m3_tensor.bound" not in f  # no fp8 matmul unit measured on a CPU

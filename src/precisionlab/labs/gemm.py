@@ -130,8 +130,9 @@ def assemble(square: list[VariantResult], gemv: list[VariantResult], bits: list[
                                                     / last["e4m3_narrowacc_promoted"].acc_only_max_rel_err)
     findings["gemm.traffic.fp32_read_intensity"] = _by_name(square, "fp32").traffic.read_intensity
     findings["gemm.traffic.fp16_read_intensity"] = _by_name(square, "fp16").traffic.read_intensity
+    _roof_findings(findings, "measured", measured, square, gemv)
     if datasheet is not None:
-        _datasheet_findings(findings, datasheet, square, gemv)
+        _roof_findings(findings, "datasheet", datasheet, square, gemv)
     findings["machine.copy_gbps"] = copy.gbps
     for precision, peak in measured.peaks_gflops.items():
         findings[f"machine.{precision}_matmul_gflops"] = peak
@@ -159,16 +160,17 @@ def assemble(square: list[VariantResult], gemv: list[VariantResult], bits: list[
     )
 
 
-def _datasheet_findings(findings: dict[str, Scalar], datasheet: Ceilings, square: list[VariantResult],
-                        gemv: list[VariantResult]) -> None:
-    """Which datasheet roof each tiled-kernel variant would sit under, and the rate that roof allows."""
+def _roof_findings(findings: dict[str, Scalar], label: str, roof: Ceilings, square: list[VariantResult],
+                   gemv: list[VariantResult]) -> None:
+    """Which roof (measured on this machine, or datasheet) a tiled kernel of each variant sits under, by its
+    analytic intensity, and the rate that roof allows; variants whose math unit the roof lacks are skipped."""
     for prefix, results in (("", square), ("gemv_", gemv)):
         for r in results:
             precision = math_precision(r.variant)
-            if precision in datasheet.peaks_gflops:
-                key = f"roofline.datasheet.{prefix}{r.variant.name}"
-                findings[f"{key}.bound"] = datasheet.bound(precision, r.traffic.intensity)
-                findings[f"{key}.attainable_tflops"] = datasheet.attainable(precision, r.traffic.intensity) / 1e3
+            if precision in roof.peaks_gflops:
+                key = f"roofline.{label}.{prefix}{r.variant.name}"
+                findings[f"{key}.bound"] = roof.bound(precision, r.traffic.intensity)
+                findings[f"{key}.attainable_tflops"] = roof.attainable(precision, r.traffic.intensity) / 1e3
 
 
 def _by_name(results: list[VariantResult], name: str) -> VariantResult:
