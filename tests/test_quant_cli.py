@@ -109,7 +109,7 @@ def test_compare_progress_goes_to_stderr_only(tmp_path: Path) -> None:
     import sys
 
     np.save(tmp_path / "w.npy", np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32))
-    env = {**os.environ, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
+    env = {**os.environ, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "TERM": "xterm"}
     main = "from precisionlab.cli.main import cli; cli()"
     proc = subprocess.run([sys.executable, "-c", main, "quant", "compare", "w.npy", "-s", "int8:row", "--json"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
