@@ -176,6 +176,9 @@ def test_gpu_lab_code_path_runs_under_the_interpreter(k: SimpleNamespace) -> Non
     # the roofline arithmetic itself is checked with hand numbers below.
     assert f["gpu.torch_bf16.fraction_of_ceiling"] > 0
     assert len(result.section("fp8_accumulation").rows) == 5
+    roofline = next(fig for fig in result.figures if fig.key == "roofline")
+    assert any(series.label == "torch_bf16 128x128x128" for series in roofline.series)
+    assert f["roofline.gpu.torch_bf16.bound"] in ("memory", "compute")
 
 
 def test_fraction_of_ceiling_uses_the_lower_roof(k: SimpleNamespace) -> None:

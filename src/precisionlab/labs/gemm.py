@@ -50,7 +50,7 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
     datasheet = check_options(size, gemv_size, tile, acc_bits, acc_rounding, k_max, sweep_outputs, ceiling_size,
                               time_budget, backend, accelerator, peak_tflops, bandwidth, gpu_size)
     if backend == "gpu":
-        return run_gpu(gpu_size, seed)
+        return run_gpu(gpu_size, seed, datasheet=datasheet)
     note = stage or (lambda _: None)
     variants = standard_variants(acc_bits, acc_rounding)
     by_name = {v.name: v for v in variants}
@@ -363,8 +363,14 @@ def load_gpu_bench(device: str = "cuda") -> ModuleType:
     return bench
 
 
-def run_gpu(size: int, seed: int = 0, device: str = "cuda", **sizes: int) -> LabResult:
-    """GPU backend: every Triton kernel and library path, timed and checked on the CUDA device.
+GPU_TILE = 128
+"""Tile edge drawn on the GPU roofline (T/4 and T/2 lines): the Triton kernels' smallest tile."""
+
+
+def run_gpu(size: int, seed: int = 0, device: str = "cuda", datasheet: Ceilings | None = None,
+            **sizes: int) -> LabResult:
+    """GPU backend: every Triton kernel and library path, timed and checked on the CUDA device,
+    and a roofline of the device's measured ceilings (plus the datasheet one, if given).
 
     sizes: optional fma_size, gemv_n, axpy_n, acc_k, acc_outputs for bench.run_all; device='cpu'
     exists only for the smoke test under TRITON_INTERPRET=1."""
@@ -408,8 +414,19 @@ def run_gpu(size: int, seed: int = 0, device: str = "cuda", **sizes: int) -> Lab
               "inputs. NaN: that device path raised."),
         formats={"max rel err": ".3e"},
     )
+    timings = [Timing(r.name, r.kind, r.precision, r.ms / 1e3, r.flops, r.bytes, r.shape) for r in report.rows
+               if r.flops > 0 and math.isfinite(r.ms) and r.ms > 0]
+    figures: list[Figure] = []
+    if timings and math.isfinite(report.copy_gbps) and report.copy_gbps > 0:
+        peaks = {p: rate * 1e3 for p in sorted({t.precision for t in timings})
+                 if (rate := report.best_tflops(p)) is not None}
+        measured = Ceilings(f"{report.device} (measured)", report.copy_gbps, peaks)
+        for t in timings:
+            if t.precision in peaks:
+                findings[f"roofline.gpu.{t.name}.bound"] = measured.bound(t.precision, t.intensity)
+        figures.append(roofline_figure(timings, measured, datasheet, {"tile": GPU_TILE}))
     return LabResult(name="gemm", title=f"Mixed-precision GEMM on {report.device}", sections=[table, accumulation],
-                     findings=findings, params={"backend": "gpu", "size": size, "seed": seed})
+                     figures=figures, findings=findings, params={"backend": "gpu", "size": size, "seed": seed})
 
 
 LAB = Lab(name="gemm", title="Mixed-precision GEMM", run=run, order=30,
