@@ -50,3 +50,14 @@ def test_clipped_fraction_asymmetric() -> None:
     positive = np.abs(np.random.default_rng(1).standard_normal((4, 64))).astype(np.float32)
     for scheme in ("int8:row:asym", "int4:g32:asym", "uint8:row"):  # an fp16-scaled asym range holds its data
         assert error_metrics(positive, quantize(positive, scheme)).frac_clipped == 0.0
+
+
+def test_clipped_fraction_symmetric_int_stops_at_127() -> None:
+    # int8 sym, e4m3 scale: amax 300 -> ideal s = 300/127 = 2.362 -> e4m3 2.25 (grid 2.25 | 2.5); codes stop at
+    # +-127 (285.75), so anything above 127.5 * 2.25 = 286.875 saturates: 288 (-> 128 -> 127), 290, 300 and -288
+    # do, 286 does not. (The unused code -128 must not widen the limit to 128.5 * 2.25 = 289.125.)
+    x = np.zeros((1, 32), dtype=np.float32)
+    x[0, 1:6] = [286.0, 288.0, 290.0, 300.0, -288.0]
+    q = quantize(x, "int8:row:scale=e4m3")
+    assert q.scales[0, 0] == 2.25
+    assert error_metrics(x, q).frac_clipped == 4 / 32
