@@ -61,3 +61,12 @@ def test_clipped_fraction_symmetric_int_stops_at_127() -> None:
     q = quantize(x, "int8:row:scale=e4m3")
     assert q.scales[0, 0] == 2.25
     assert error_metrics(x, q).frac_clipped == 4 / 32
+
+
+def test_poisoned_block_is_an_infinite_error() -> None:
+    x = np.ones((2, 32), dtype=np.float32)
+    x[0, 3] = np.nan  # mxfp8 (nonfinite=nan): row 0's block reads back as NaN, its 31 finite elements too
+    m = error_metrics(x, quantize(x, "mxfp8"))
+    assert math.isinf(m.rel_err) and math.isinf(m.max_err) and m.sqnr_db == -math.inf
+    clean = error_metrics(x[1:], quantize(x[1:], "mxfp8"))
+    assert clean.rel_err == 0.0 and clean.sqnr_db == math.inf  # 1.0 is exact in mxfp8

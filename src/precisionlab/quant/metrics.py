@@ -11,7 +11,9 @@
                     fp16 scale rounded down, does not count); asymmetric schemes: x outside
                     [(qmin - z - 1/2) s, (qmax - z + 1/2) s]
 
-Non-finite input elements are left out of every measure.
+Non-finite input elements are left out of every measure; a finite input element that
+reads back as NaN or inf (it shares a block with a NaN under nonfinite=nan) is an infinite
+error, so a poisoned block cannot hide.
 """
 
 from __future__ import annotations
@@ -53,14 +55,20 @@ def error_metrics(x: Any, q: QuantizedTensor, x_hat: np.ndarray | None = None) -
         r = np.asarray(ref[start : start + CHUNK], dtype=np.float64)
         a = np.asarray(approx[start : start + CHUNK], dtype=np.float64)
         finite = np.isfinite(r)
-        err = np.where(finite, a - r, 0.0)
-        err = np.where(np.isfinite(err), err, 0.0)
+        with np.errstate(invalid="ignore"):
+            err = np.where(finite, a - r, 0.0)
+        err = np.where(np.isfinite(err), err, np.inf)  # a finite x read back as NaN/inf: infinite error
         signal += float(np.sum(np.where(finite, r, 0.0) ** 2))
         noise += float(np.sum(err**2))
         worst = max(worst, float(np.abs(err).max(initial=0.0)))
         count += int(finite.sum())
     rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
-    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    if noise == 0:
+        sqnr = math.inf
+    elif signal == 0 or math.isinf(noise):
+        sqnr = -math.inf
+    else:
+        sqnr = 10 * math.log10(signal / noise)
     return ErrorMetrics(rel, sqnr, worst, math.sqrt(noise / max(count, 1)), clipped_fraction(arr, q))
 
 
