@@ -70,3 +70,9 @@ def test_poisoned_block_is_an_infinite_error() -> None:
     assert math.isinf(m.rel_err) and math.isinf(m.max_err) and m.sqnr_db == -math.inf
     clean = error_metrics(x[1:], quantize(x[1:], "mxfp8"))
     assert clean.rel_err == 0.0 and clean.sqnr_db == math.inf  # 1.0 is exact in mxfp8
+
+
+def test_shape_mismatch_is_an_error() -> None:
+    x = np.ones((2, 32), dtype=np.float32)
+    with pytest.raises(ValueError, match="elements"):
+        error_metrics(x[:1], quantize(x, "int8"))

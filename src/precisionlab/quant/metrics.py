@@ -47,7 +47,10 @@ def error_metrics(x: Any, q: QuantizedTensor, x_hat: np.ndarray | None = None) -
     """All measures of q (or of a precomputed x_hat) against x."""
     arr, _ = as_array(x)
     ref = arr.reshape(-1)
-    approx = (q.dequantize() if x_hat is None else x_hat).reshape(-1)
+    approx = (q.dequantize() if x_hat is None else np.asarray(x_hat)).reshape(-1)
+    if ref.size != q.size or approx.size != q.size:
+        raise ValueError(f"error_metrics: x has {ref.size} elements and x_hat {approx.size}; the quantized tensor "
+                         f"has shape {q.shape}")
     signal = noise = 0.0
     worst = 0.0
     count = 0
