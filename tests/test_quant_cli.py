@@ -92,6 +92,9 @@ def test_compare_unknown_scheme_lists_close_matches(run_cli, tmp_path: Path) -> 
 
 def test_bad_demo_option_exits_2(run_cli) -> None:  # type: ignore[no-untyped-def]
     assert run_cli("quant", "demo", "--cols", "0").exit_code == 2
+    for ratio in ("inf", "nan", "-1", "1e6"):
+        result = run_cli("quant", "demo", "--ratio", ratio, "--cols", "8")
+        assert result.exit_code == 2 and "--ratio must be in" in result.output
 
 
 @pytest.mark.parametrize("name", ["quant_demo", "quant_drill"])
