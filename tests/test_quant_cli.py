@@ -119,3 +119,45 @@ def test_compare_progress_goes_to_stderr_only(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "compare.w.int8:row.rel_err" in json.loads(proc.stdout)["findings"]
     assert "w: int8:row" in proc.stderr or "quantizing" in proc.stderr  # the bar was drawn, on stderr
+
+
+def test_save_writes_a_tagged_file(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from precisionlab.quant import quantize
+    from precisionlab.quant.safetensors_io import load_quantized
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((16, 96)).astype(np.float32)
+    bits = (w.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation
+    src = tmp_path / "m.safetensors"
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    fp8 = w[:8, :32].astype(ml_dtypes.float8_e4m3fn)
+    write_safetensors(src, {"model.layers.0.w": ("BF16", bits), "bias": ("F32", w[0]), "ids": ("I32", np.arange(3)),
+                            "fp8.w": ("F8_E4M3", fp8.view(np.uint8))})
+    data = _json(run_cli("quant", "save", str(src), "-s", "e4m3:block8x32", "-o", str(tmp_path / "q.safetensors"),
+                         "--json"))
+    assert data["findings"]["save.tensors"] == 2  # bias is 1-D (no 2-D blocks), ids are integers
+    assert "bias" in data["sections"][0]["note"] and "ids" in data["sections"][0]["note"]
+    back = load_quantized(tmp_path / "q.safetensors")
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    expected = quantize(widened, "e4m3:block8x32")
+    assert set(back) == {"model.layers.0.w", "fp8.w"} and back["model.layers.0.w"].dtype == "bfloat16"
+    assert back["fp8.w"].dtype == "float8_e4m3fn"
+    # the file's fp8 values, widened by ml_dtypes (independently of our decoder), give the same packed codes
+    np.testing.assert_array_equal(back["fp8.w"].packed, quantize(fp8.astype(np.float32), "e4m3:block8x32").packed)
+    np.testing.assert_array_equal(back["model.layers.0.w"].packed, expected.packed)
+    np.testing.assert_array_equal(back["model.layers.0.w"].scales, expected.scales)
+
+
+def test_save_bad_input_writes_nothing(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w = np.ones((4, 32), dtype=np.float32)
+    w[1, 2] = np.nan
+    np.save(tmp_path / "w.npy", w)
+    out = tmp_path / "q.safetensors"
+    result = run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int8:row", "-o", str(out))
+    assert result.exit_code == 2 and "NaN or inf" in result.output  # int8's default nonfinite=error
+    assert run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int8", "-o", str(tmp_path / "q.npy")).exit_code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.npy"]  # nothing written, no temp file left
+    assert run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "mxfp8", "-o", str(out)).exit_code == 0
+    from precisionlab.quant.safetensors_io import load_quantized
+
+    assert np.isnan(load_quantized(out)["w"].dequantize()[1]).all()  # MX: the block is stored as NaN

@@ -3,6 +3,7 @@
     precisionlab quant demo [--cols N --ratio R --window W]
     precisionlab quant drill [--seed S]
     precisionlab quant compare FILE [--schemes int4:g128,mxfp4,nvfp4 ...]
+    precisionlab quant save FILE --scheme int4:g128 --output q.safetensors
 """
 
 from __future__ import annotations
@@ -67,4 +68,28 @@ def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path |
             bar.update(task, description=description, advance=1)
 
         result = quant_compare.compare(file, chosen, progress=advance)
+    emit(result, as_json, out_dir)
+
+
+@COMMAND.command("save")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--scheme", "-s", required=True, help="One scheme string, e.g. int4:g128, mxfp4, nvfp4, dsv3_weight.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The tagged .safetensors file to write (golden codes and scales).")
+@lab_output_options
+def save(file: Path, scheme: str, output: Path, as_json: bool, out_dir: Path | None) -> None:
+    """Quantize every float tensor of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from precisionlab.labs import quant_compare
+
+    total = len(quant_compare.iter_tensors(file)[0])
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("quantizing", total=total)
+
+        def advance(description: str) -> None:
+            bar.update(task, description=description, advance=1)
+
+        result = quant_compare.quantize_file(file, scheme, output, progress=advance)
     emit(result, as_json, out_dir)

@@ -24,8 +24,13 @@ DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nf4:g64", "mxfp8", "mxfp4", "nvfp4"
 Progress = Callable[[str], None]
 
 
-def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray]]], list[str]]:
-    """(name, loader) for each float tensor of the file, and the names of skipped integer tensors."""
+SOURCE_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
+                 "F8_E5M2": "float8_e5m2"}
+"""safetensors float dtypes and the name a quantized tensor records as its source dtype."""
+
+
+def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], str]], list[str]]:
+    """(name, loader, source dtype) for each float tensor of the file, and the names of skipped integer tensors."""
     suffix = path.suffix.lower()
     if not path.is_file():
         raise OSError(f"no such file: {path}")
@@ -36,15 +41,16 @@ def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray]]]
             raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
         if arr.dtype.kind != "f":
             raise ValueError(f"{path}: holds {arr.dtype} values; compare needs a float array")
-        return [(path.stem, lambda: np.asarray(arr, dtype=np.float32 if arr.dtype == np.float16 else arr.dtype))], []
+        load = lambda: np.asarray(arr, dtype=np.float32 if arr.dtype == np.float16 else arr.dtype)  # noqa: E731
+        return [(path.stem, load, arr.dtype.name)], []
     if suffix == ".safetensors":
         entries, metadata = read_safetensors(path)
         if TAG_KEY in metadata:
             raise ValueError(f"{path}: holds quantized tensors (precisionlab tag); compare reads source tensors")
         tensors, skipped = [], []
         for name, entry in entries.items():
-            if entry.dtype in ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2") and entry.raw.size:
-                tensors.append((name, entry.to_float32))
+            if entry.dtype in SOURCE_DTYPES and entry.raw.size:
+                tensors.append((name, entry.to_float32, SOURCE_DTYPES[entry.dtype]))
             else:
                 skipped.append(name)
         if not tensors:
@@ -63,7 +69,7 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
     rows: list[list[Scalar]] = []
     findings: dict[str, Scalar] = {}
     points: dict[str, tuple[list[float], list[float]]] = {s: ([], []) for s in parsed}
-    for name, load in tensors:
+    for name, load, _ in tensors:
         arr = load()
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
         if bad:
@@ -117,3 +123,49 @@ def split_schemes(values: tuple[str, ...]) -> Iterator[str]:
         for part in value.split(","):
             if part.strip():
                 yield part.strip()
+
+
+def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None = None) -> LabResult:
+    """Quantize every float tensor of a .npy / .safetensors file under one scheme and write a tagged
+    safetensors file (`quant.safetensors_io.save_quantized`, written whole or not at all).
+
+    A 2-D block scheme skips 1-D tensors (listed); NaN/inf follow the scheme's nonfinite= policy.
+    The quantized tensors are held in memory until the single write (about bits/32 of the float32 size).
+    """
+    from precisionlab.quant.safetensors_io import save_quantized
+
+    parsed = str(parse_scheme(scheme))
+    if out.suffix.lower() != ".safetensors":
+        raise ValueError(f"the output must be a .safetensors file, got {out.name!r}")
+    if out.exists() and out.resolve() == path.resolve():
+        raise ValueError(f"the output {out} would overwrite the input")
+    if not out.parent.is_dir():
+        raise OSError(f"no such directory for the output: {out.parent}")
+    tensors, skipped = iter_tensors(path)
+    quantized = {}
+    rows: list[list[Scalar]] = []
+    for name, load, source_dtype in tensors:
+        if progress is not None:
+            progress(name)
+        arr = load()
+        if not _applicable(parsed, arr.ndim):
+            skipped.append(name)
+            continue
+        q = quantize(arr, parsed)
+        q.dtype = source_dtype  # the file's dtype (bf16 / fp16 / fp8 are widened exactly to quantize)
+        quantized[name] = q
+        rows.append([name, str(tuple(arr.shape)), source_dtype, q.nbytes, q.bits_per_element, q.padded_elements])
+    if not quantized:
+        raise ValueError(f"{path}: no tensor can take scheme {parsed}")
+    save_quantized(out, quantized)
+    note = (f"Written to {out} (precisionlab.quant tag; load with precisionlab.quant.safetensors_io.load_quantized). "
+            "bytes include scales, zero points, padding, outlier rows and tensor scales.")
+    if skipped:
+        note += f" Skipped (integer, or 1-D under a 2-D block scheme): {', '.join(skipped)}."
+    table = Table(key="quantized", title=f"{path.name} under {parsed}",
+                  columns=["tensor", "shape", "source dtype", "bytes", "bits/elem", "padded"], rows=rows, note=note,
+                  formats={"bits/elem": ".4g"})
+    findings: dict[str, Scalar] = {"save.tensors": len(quantized),
+                                   "save.bytes": sum(q.nbytes for q in quantized.values())}
+    return LabResult(name="quant_save", title=f"{path.name} quantized with {parsed}", sections=[table],
+                     findings=findings, params={"file": str(path), "scheme": parsed, "output": str(out)})

@@ -39,7 +39,7 @@ from precisionlab.rounding import decode, encode
 TAG_KEY = "precisionlab.quant"
 TAG_VERSION = "1"
 MAX_HEADER = 100 * 2**20
-SOURCE_DTYPES = ("float16", "bfloat16", "float32", "float64")
+SOURCE_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
 DTYPES: dict[str, tuple[str, int]] = {
     "F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),

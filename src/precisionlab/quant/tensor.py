@@ -42,7 +42,7 @@ class QuantizedTensor:
     scheme: Scheme
     shape: tuple[int, ...]
     dtype: str
-    """The input's dtype name (float16, bfloat16, float32, float64)."""
+    """The source dtype name (float16, bfloat16, float32, float64; fp8 when read from a file)."""
     packed: np.ndarray
     """uint8 packed element codes (see `quant.packing`)."""
     scale_values: np.ndarray
