@@ -65,7 +65,9 @@ def _round_flat(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str
     engine.check_policies(fmt, policy)
     dom = engine.compute_domain(fmt, flat.dtype)
     plan = engine.FloatPlan(fmt, dom, rounding, policy, nan)
-    return engine.round_float_array(flat.astype(dom.float_dtype, copy=False), plan, rng), dom
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN is exact; numpy only warns
+        widened = flat.astype(dom.float_dtype, copy=False)
+    return engine.round_float_array(widened, plan, rng), dom
 
 
 def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
