@@ -274,7 +274,7 @@ def test_numpy_float16_float32_float64_agree(x: float) -> None:
         assert same_bits(r32, r64).all()
 
 
-@pytest.mark.parametrize("name", ["e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "ue8m0", "int8", "uint4"])
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "ue8m0"])
 def test_float32_table_path_agrees_with_float64_path_on_random_bit_patterns(name: str) -> None:
     # float32 input to a format of <= 8 bits goes through the 2^17-entry table; float64 input through
     # the bit-arithmetic path. Random bit patterns cover every binade, subnormals, inf and NaN payloads.
@@ -284,9 +284,8 @@ def test_float32_table_path_agrees_with_float64_path_on_random_bit_patterns(name
     if not fmt.has_nan:
         x = x[~np.isnan(x)]
     for mode in MODES:
-        overflow = "saturate" if isinstance(fmt, pl.IntFormat) else None
-        via_table = pl.round_to(x, name, rounding=mode, overflow=overflow)
+        via_table = pl.round_to(x, name, rounding=mode)
         with np.errstate(invalid="ignore"):  # numpy warns when widening signalling NaNs
             wide = x.astype(np.float64)
-        via_bits = pl.round_to(wide, name, rounding=mode, overflow=overflow)
+        via_bits = pl.round_to(wide, name, rounding=mode)
         assert same_bits(via_table, via_bits).all(), mode
