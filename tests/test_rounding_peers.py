@@ -137,6 +137,14 @@ def test_float64_input_rounds_once_where_ml_dtypes_double_rounds() -> None:
     assert y.astype(ml_dtypes.float8_e4m3fn).astype(np.float64)[0] == 1.0
 
 
+def test_torch_float64_casts_also_round_twice() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1 + 2.0**-8 + 2.0**-40], dtype=torch.float64)
+    y = torch.tensor([1 + 2.0**-4 + 2.0**-40], dtype=torch.float64)
+    assert x.to(torch.bfloat16).item() == 1.0 and y.to(torch.float8_e4m3fn).item() == 1.0
+    assert pl.round_to(x, "bf16").item() == 1.0078125 and pl.round_to(y, "e4m3").item() == 1.125
+
+
 def test_torch_cast_peer_policies() -> None:
     torch = pytest.importorskip("torch")
     x = torch.tensor([500.0, 1e6, -1e6, float("inf")], dtype=torch.float32)
