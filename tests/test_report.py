@@ -60,7 +60,7 @@ def test_written_files_get_the_usual_permissions(tmp_path) -> None:  # type: ign
     import os
     import stat
 
-    from precisionlab.report.outputs import atomic_write_text
+    from precisionlab._atomic import atomic_write_text
 
     path = atomic_write_text(tmp_path / "r.json", "{}")
     umask = os.umask(0)

@@ -20,15 +20,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from precisionlab._atomic import atomic_write_bytes
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import canonical_view
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
@@ -157,18 +156,7 @@ def write_safetensors(path: str | Path, tensors: dict[str, tuple[str, np.ndarray
         blobs.append(data)
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * ((-len(text)) % 8)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(struct.pack("<Q", len(text)))
-            fh.write(text)
-            for blob in blobs:
-                fh.write(blob)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, [struct.pack("<Q", len(text)), text, *blobs])
 
 
 # --------------------------------------------------------------------------- quantized tensors

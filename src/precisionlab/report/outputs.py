@@ -9,10 +9,10 @@ from __future__ import annotations
 import html
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from precisionlab._atomic import atomic_write_text
 from precisionlab.labs.result import LabResult, Table, jsonable
 from precisionlab.report.plots import save_figure
 from precisionlab.report.terminal import format_cell
@@ -20,27 +20,6 @@ from precisionlab.report.terminal import format_cell
 
 def dumps(data: object) -> str:
     return json.dumps(data, indent=2, allow_nan=False)
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, _default_mode())  # mkstemp creates 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _default_mode() -> int:
-    """0666 less the process umask: the mode open() would have given a new file."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def write_figures(result: LabResult, out_dir: Path) -> list[Path]:
