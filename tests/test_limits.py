@@ -207,6 +207,7 @@ def test_variance_findings(lab_json: dict[str, Any]) -> None:
     assert f["variance.welford_fp32"] == welford_by_loop(values)
     assert abs(f["variance.two_pass_fp32"] - exact) < 0.05 * exact
     assert abs(f["variance.welford_fp32"] - exact) < 0.05 * exact
+    assert abs(f["variance.shifted_fp32"] - exact) < 1e-5 * exact
 
 
 def test_variance_at_the_default_size() -> None:

@@ -11,6 +11,9 @@ reduction forms them (numerics.accumulate.pairwise_sum); one-pass offers a strea
     two-pass   m = Σx/n;  Σ(x - m)²/n  subtract the mean first: the fix is algebraic
     Welford    m_k = m + (x - m)/k;  M2 += (x - m_old)(x - m_k);  var = M2/n
                                       one pass, numerically like two-pass (LayerNorm kernels)
+    shifted    one-pass on y = x - K with K = x[0]   (shifted data: Chan, Golub & LeVeque, 1983)
+                                      y is exact (Sterbenz: x within a factor 2 of K) and small,
+                                      so nothing large is left to cancel, at any n
 
 The reference is the exact mean and variance of the same stored fp32 data, computed with
 math.fsum in float64 (two-pass), accurate to a few float64 ulps.
@@ -92,3 +95,13 @@ def reference_variance(values: np.ndarray) -> float:
     mean = math.fsum(x) / x.size
     d = x - mean
     return math.fsum(d * d) / x.size
+
+
+def shifted_variance_fp32(values: np.ndarray) -> float:
+    """One-pass E[y²] - E[y]² on y = fl32(x - x[0]), tree sums in fp32.
+
+    Shifting by any value near the mean removes the large common part before anything is
+    squared; with data within a factor of two of x[0] the shift itself is exact (Sterbenz).
+    """
+    x = _as_fp32(values)
+    return one_pass_variance_fp32(x - x[0], "pairwise")
