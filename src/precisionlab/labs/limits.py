@@ -27,8 +27,8 @@ from precisionlab.numerics.updates import POWERS_OF_TEN, apply_updates, one_plus
 from precisionlab.numerics.variance import (
     one_pass_variance_fp32,
     reference_variance,
-    two_pass_variance_fp32,
     shifted_variance_fp32,
+    two_pass_variance_fp32,
     welford_variance_fp32,
 )
 from precisionlab.rounding import encode, round_to, ulp
