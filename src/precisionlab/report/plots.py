@@ -50,7 +50,10 @@ def save_figure(fig: Figure, path: Path) -> Path:
         ax.set_ylabel(fig.ylabel)
         ax.set_title(fig.title)
         ax.grid(True, which="major", alpha=0.3)
-        if fig.series:
+        if len(fig.series) > 6:  # a long legend goes beside the axes, never over the data
+            figure.set_size_inches(11, 5)
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        elif fig.series:
             ax.legend(fontsize=8, loc="best")
         figure.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
