@@ -75,11 +75,12 @@ def render_html(results: Sequence[LabResult]) -> str:
                 parts.append(f"<p class='note'>{html.escape(table.note)}</p>")
         for fig in result.figures:
             parts.append(f"<h3>{html.escape(fig.title)}</h3><img src='{result.name}_{fig.key}.png' alt=''>")
-        if result.findings:
-            parts.append("<h3>findings</h3><table><tr><th>key</th><th>value</th></tr>")
+        if result.findings:  # folded: a lab may have hundreds of keys
+            parts.append(f"<details><summary>findings ({len(result.findings)} keys)</summary>"
+                         "<table><tr><th>key</th><th>value</th></tr>")
             for key, value in result.findings.items():
                 parts.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(format_cell(value))}</td></tr>")
-            parts.append("</table>")
+            parts.append("</table></details>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
