@@ -12,22 +12,13 @@ Prints microseconds per step and ratios against the grid path; never asserts tim
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
 import precisionlab as pl
+from _timing import timed
 from precisionlab.numerics import kahan_sum, sequential_sum
 from precisionlab.rounding.exact_sum import odd_sum
-
-
-def timed(fn, repeat: int = 5) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def round_to_loop(terms: np.ndarray, fmt: str) -> float:
@@ -44,10 +35,10 @@ def main() -> None:
     members16 = terms.astype(np.float16).astype(np.float64)
 
     t_round_to, r1 = timed(lambda: round_to_loop(terms, "bf16"), repeat=1)
-    t_grid, r2 = timed(lambda: float(sequential_sum(terms, "bf16")))
-    t_grid3, _ = timed(lambda: sequential_sum(terms, ["fp16", "bf16", "fp32"]))
-    t_kahan2, _ = timed(lambda: kahan_sum(terms, ["fp16", "bf16"]))
-    t_native, r3 = timed(lambda: float(sequential_sum(members16, "fp16")))
+    t_grid, r2 = timed(lambda: float(sequential_sum(terms, "bf16")), repeat=5)
+    t_grid3, _ = timed(lambda: sequential_sum(terms, ["fp16", "bf16", "fp32"]), repeat=5)
+    t_kahan2, _ = timed(lambda: kahan_sum(terms, ["fp16", "bf16"]), repeat=5)
+    t_native, r3 = timed(lambda: float(sequential_sum(members16, "fp16")), repeat=5)
     assert r1 == r2 and r3 == round_to_loop(members16, "fp16"), "peers disagree"
 
     print(f"n = {n} sequential additions, results identical across peers")

@@ -16,17 +16,9 @@ import argparse
 import platform
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+from _timing import best_of
 
 
 def cli(*args: str) -> Callable[[], object]:

@@ -12,23 +12,14 @@ never asserted.
 from __future__ import annotations
 
 import argparse
-import time
 import tracemalloc
 
 import numpy as np
 
+from _timing import timed
 from precisionlab.quant import quantize
 
 SCHEMES = ["int4:g128", "int8:row", "mxfp4", "nvfp4", "dsv3_weight"]
-
-
-def _time(fn, repeat: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def _peak_extra(fn) -> int:
@@ -43,8 +34,8 @@ def _peak_extra(fn) -> int:
 
 def bench(w: np.ndarray, scheme: str, repeat: int) -> dict[str, float]:
     n = w.size
-    tq, q = _time(lambda: quantize(w, scheme), repeat)
-    td, _ = _time(lambda: q.dequantize(), repeat)  # type: ignore[union-attr]
+    tq, q = timed(lambda: quantize(w, scheme), repeat)
+    td, _ = timed(lambda: q.dequantize(), repeat)  # type: ignore[union-attr]
     peak_q = _peak_extra(lambda: quantize(w, scheme))
     peak_d = _peak_extra(lambda: q.dequantize())  # type: ignore[union-attr]
     return {
@@ -72,7 +63,7 @@ def torchao_peer(w: np.ndarray, repeat: int) -> dict[str, float] | None:
             s, z = choose_qparams_affine(t, MappingType.SYMMETRIC, block, torch.int8, qmin, qmax)
             qd = quantize_affine(t, block, s, z, torch.int8, qmin, qmax)
             return dequantize_affine(qd, block, s, z, torch.int8, qmin, qmax)
-        tt, _ = _time(run, repeat)
+        tt, _ = timed(run, repeat)
         out[name] = w.size / tt / 1e6
     out.update(_torchao_block_peers(t, repeat))
     return out
@@ -92,7 +83,7 @@ def _torchao_block_peers(t: object, repeat: int) -> dict[str, float]:
             scale, data = mx_tensor.to_mx(t, elem, 32)
             return mx_tensor.to_dtype(data, scale, elem, 32, torch.float32)
 
-        tt, _ = _time(mx, repeat)
+        tt, _ = timed(mx, repeat)
         out["mxfp4"] = t.numel() / tt / 1e6  # type: ignore[attr-defined]
     except Exception as exc:  # a peer that fails to run is reported, not fatal
         print(f"torchao mxfp4: not run ({type(exc).__name__}: {exc})")
@@ -103,7 +94,7 @@ def _torchao_block_peers(t: object, repeat: int) -> dict[str, float]:
             g = nvfp4_tensor.per_tensor_amax_to_scale(t.abs().max())  # type: ignore[attr-defined]
             return nvfp4_tensor.nvfp4_quantize(t, 16, g)
 
-        tt, _ = _time(nv, repeat)
+        tt, _ = timed(nv, repeat)
         out["nvfp4 (quantize only)"] = t.numel() / tt / 1e6  # type: ignore[attr-defined]
     except Exception as exc:
         print(f"torchao nvfp4: not run ({type(exc).__name__}: {exc})")

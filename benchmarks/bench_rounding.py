@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections.abc import Callable
 
 import numpy as np
 
 import precisionlab as pl
+from _timing import best_of
 
 FORMATS = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn"), "e5m2": ("float8_e5m2", "float8_e5m2"),
            "e2m1": ("float4_e2m1fn", None), "bf16": ("bfloat16", "bfloat16")}
@@ -29,12 +29,7 @@ FORMATS = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn"), "e5m2": ("float8_e5m2", "
 
 def best_rate(func: Callable[[], object], n: int, repeat: int) -> float:
     func()  # warm-up: builds tables, starts the thread pool
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        best = min(best, time.perf_counter() - start)
-    return n / best / 1e6
+    return n / best_of(func, repeat) / 1e6
 
 
 def main() -> None:

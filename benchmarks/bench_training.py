@@ -19,18 +19,10 @@ import argparse
 import os
 import platform
 import time
-from collections.abc import Callable
 
 import numpy as np
 
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+from _timing import best_of
 
 
 def numpy_census(values: np.ndarray) -> tuple[int, int]:
