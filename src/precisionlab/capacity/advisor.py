@@ -31,8 +31,8 @@ from precisionlab.capacity.scenario_facts import (
 
 
 @dataclass(frozen=True)
-class Rule:
-    """One row of the rules table: templates for every column, and the facts function that fills them."""
+class Columns:
+    """What a rule's templates and a filled advice share: the scenario, its title and six columns."""
 
     scenario: str
     title: str
@@ -42,21 +42,21 @@ class Rule:
     throughput: str
     risk: str
     revert: str
-    facts: Callable[[Inputs], dict[str, Any]] = field(repr=False, compare=False)
 
     COLUMNS = ("recommend", "range", "precision", "throughput", "risk", "revert")
 
 
 @dataclass(frozen=True)
-class Advice:
-    scenario: str
-    title: str
-    recommend: str
-    range: str
-    precision: str
-    throughput: str
-    risk: str
-    revert: str
+class Rule(Columns):
+    """One row of the rules table: templates for every column, and the facts function that fills them."""
+
+    facts: Callable[[Inputs], dict[str, Any]] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Advice(Columns):
+    """A rule filled with its computed facts; `format` is the recommended format's name."""
+
     format: str
     facts: dict[str, Any]
 
