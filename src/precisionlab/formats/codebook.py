@@ -22,6 +22,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from precisionlab.formats.finite import NoSpecialValues
+
 NF4_OFFSET = 0.9677083
 """bitsandbytes' quantile offset: the midpoint between the 1 - 1/(2*15) and 1 - 1/(2*16) quantiles."""
 
@@ -42,7 +44,7 @@ def normal_float_values(offset: float = NF4_OFFSET) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class CodebookFormat:
+class CodebookFormat(NoSpecialValues):
     """A format whose code k stands for values[k] (ascending). Quantization picks the nearest value."""
 
     name: str
@@ -58,21 +60,12 @@ class CodebookFormat:
     def bits(self) -> int:
         return (len(self.values) - 1).bit_length()
 
-    @property
-    def is_float(self) -> bool:
-        return False
 
     @property
     def max_finite(self) -> float:
         return max(abs(v) for v in self.values)
 
-    @property
-    def has_inf(self) -> bool:
-        return False
 
-    @property
-    def has_nan(self) -> bool:
-        return False
 
     @property
     def code_count(self) -> int:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from precisionlab.formats.finite import NoSpecialValues
+
 
 @dataclass(frozen=True)
-class IntFormat:
+class IntFormat(NoSpecialValues):
     name: str
     bits: int
     signed: bool = True
@@ -23,9 +25,6 @@ class IntFormat:
         if self.signed and self.bits < 2:
             raise ValueError(f"impossible integer format {self.name!r}: a signed integer needs 2 bits")
 
-    @property
-    def is_float(self) -> bool:
-        return False
 
     @property
     def min_value(self) -> int:
@@ -44,17 +43,8 @@ class IntFormat:
     def max_finite(self) -> float:
         return float(self.max_value)
 
-    @property
-    def has_inf(self) -> bool:
-        return False
 
-    @property
-    def has_nan(self) -> bool:
-        return False
 
-    @property
-    def has_negative_zero(self) -> bool:
-        return False
 
     @property
     def eps(self) -> float:
