@@ -9,6 +9,7 @@
   backend and benchmarks/gpu_lab.py).
 
 Importing this package imports nothing heavy; its submodules import torch and triton.
-Correctness is tested on the CPU under TRITON_INTERPRET=1 (fp32, fp16 and fp8 operands);
-bf16 operands are not emulated faithfully by the interpreter and are checked on a GPU only.
+Correctness is tested on the CPU under TRITON_INTERPRET=1 for fp32, fp16, bf16 and fp8
+operands (the tests correct the interpreter's bf16 dot and fp32 → bf16 cast; see
+tests/test_kernels_triton.py), and again on a CUDA device by the gpu-marked test.
 """
