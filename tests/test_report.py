@@ -66,3 +66,40 @@ def test_written_files_get_the_usual_permissions(tmp_path) -> None:  # type: ign
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_every_series_of_a_crowded_figure_has_its_own_colour_and_marker() -> None:
+    from precisionlab.report.plots import COLOURS, MARKERS, series_style
+
+    styles = [series_style(i) for i in range(COLOURS * len(MARKERS))]
+    assert len(set(styles)) == len(styles)
+
+
+def _boxes(anchors, sizes, offsets):  # type: ignore[no-untyped-def]
+    return [(ax + dx, ay + dy, ax + dx + w, ay + dy + h)
+            for (ax, ay), (w, h), (dx, dy) in zip(anchors, sizes, offsets, strict=True)]
+
+
+def test_point_labels_do_not_overlap_and_stay_inside_the_axes() -> None:
+    from precisionlab.report.plots import place_labels
+
+    # Six labels on two coincident points and a close third, as on a roofline.
+    anchors = [(100.0, 100.0)] * 3 + [(102.0, 101.0)] * 2 + [(400.0, 100.0)]
+    sizes = [(120.0, 8.4)] * 6
+    bounds = (0.0, 0.0, 500.0, 300.0)
+    boxes = _boxes(anchors, sizes, place_labels(anchors, sizes, bounds))
+    for i, a in enumerate(boxes):
+        assert bounds[0] <= a[0] and a[2] <= bounds[2] and bounds[1] <= a[1] and a[3] <= bounds[3]
+        for b in boxes[i + 1:]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
+    # The point near the right edge gets its label on its left.
+    assert boxes[-1][2] <= 400.0
+
+
+def test_a_crowded_figure_is_drawn(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from precisionlab.report.plots import save_figure
+
+    series = [Series(f"point {i}", [1.0 + i % 3], [2.0], kind="scatter") for i in range(14)]
+    series.append(Series("line", [1.0, 2.0, 3.0], [1.0, float("nan"), 3.0]))
+    path = save_figure(Figure("crowded", "t", "x", "y", series, yscale="log"), tmp_path / "crowded.png")
+    assert path.stat().st_size > 0 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
