@@ -82,7 +82,9 @@ def _label_points(ax: Any, points: list[tuple[str, float, float]], dpi: float) -
     sizes = [(0.6 * LABEL_FONT * len(label), 1.2 * LABEL_FONT) for label, _, _ in points]
     x0, y0, x1, y1 = (v * to_points for v in ax.get_window_extent().extents)
     for (label, x, y), offset in zip(points, place_labels(anchors, sizes, (x0, y0, x1, y1)), strict=True):
-        ax.annotate(label, (x, y), xytext=offset, textcoords="offset points", fontsize=LABEL_FONT)
+        displaced = offset != (LABEL_GAP, LABEL_RISES[0])  # a thin leader line says whose label it is
+        ax.annotate(label, (x, y), xytext=offset, textcoords="offset points", fontsize=LABEL_FONT,
+                    arrowprops={"arrowstyle": "-", "linewidth": 0.5, "color": "grey"} if displaced else None)
 
 
 def save_figure(fig: Figure, path: Path) -> Path:
