@@ -12,6 +12,7 @@ import pytest
 
 import precisionlab as pl
 from precisionlab.numerics import (
+    accumulate,
     add_rounded,
     kahan_sum,
     make_grid,
@@ -22,6 +23,7 @@ from precisionlab.numerics import (
     sequential_sum,
     two_sum,
 )
+from precisionlab.numerics.grid import scalar_rounder
 
 from .reference import floor_log2
 
@@ -35,6 +37,7 @@ SPECS = {
     "e4m3": (3, -6, Fraction(448), math.nan),
     "e4m3fnuz": (3, -7, Fraction(240), math.nan),
     "e2m1": (1, 0, Fraction(6), 6.0),
+    "e8m30": (30, -126, (2 - Fraction(1, 2**30)) * Fraction(2) ** 127, math.inf),  # p = 31: TwoSum everywhere
 }
 
 
@@ -240,3 +243,126 @@ def test_bad_arguments() -> None:
         sequential_sum(np.ones(3), [])
     with pytest.raises(ValueError, match="unknown format"):
         sequential_sum(np.ones(3), "fp17")
+
+
+# --- the Python-float loops (few series) against the exact model and the numpy loops ------------------
+
+
+def ref_add(a: float, b: float, name: str) -> float:
+    """fl(a + b) from the exact rational sum; a non-finite operand gives the IEEE float result, then the
+    format's overflow policy (inf becomes its overflow value)."""
+    v = a + b
+    if math.isfinite(a) and math.isfinite(b):
+        exact = Fraction(a) + Fraction(b)
+        if exact == 0:  # IEEE: -0 only for -0 + -0; fnuz formats have no -0
+            return 0.0 if name.endswith("fnuz") else v
+        return ref_round(exact, name)
+    overflow = SPECS[name][3]
+    return math.copysign(overflow, v) if math.isinf(v) and not math.isnan(overflow) else (
+        math.nan if math.isinf(v) else v)
+
+
+def ref_sequential_partials(terms: list[float], name: str) -> list[float]:
+    s, out = 0.0, []
+    for t in terms:
+        s = ref_add(s, t, name)
+        out.append(s)
+    return out
+
+
+def ref_kahan_partials(terms: list[float], name: str) -> list[float]:
+    s = c = 0.0
+    out = []
+    for t in terms:
+        y = ref_add(t, -c, name)
+        u = ref_add(s, y, name)
+        c = ref_add(ref_add(u, -s, name), -y, name)
+        s = u
+        out.append(s)
+    return out
+
+
+def hazard_terms(name: str, n: int, seed: int) -> np.ndarray:
+    """Terms around the format's subnormal range, its max_finite (overflow partway) and ties."""
+    man_bits, emin, max_finite, _ = SPECS[name]
+    rng = np.random.default_rng(seed)
+    tiny = rng.standard_normal(n) * 2.0 ** (emin - man_bits + rng.integers(-3, man_bits + 3, n))
+    big = rng.uniform(-0.2, 0.6, n) * float(max_finite)
+    ties = (rng.integers(1, 2**man_bits, n) + 0.5) * 2.0 ** (emin - man_bits)  # midpoints of the format
+    pick = rng.integers(0, 4, n)
+    return np.choose(pick, [tiny, big, ties, random_terms(n, seed)])
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_scalar_rounder_matches_exact_rationals(name: str) -> None:
+    man_bits, emin, _, _ = SPECS[name]
+    rng = np.random.default_rng(20)
+    a = np.concatenate([rng.standard_normal(1500) * 2.0 ** rng.integers(-30, 30, 1500),
+                        hazard_terms(name, 1500, 21), [0.0, -0.0, math.inf, -math.inf]])
+    b = np.concatenate([rng.standard_normal(1500) * 2.0 ** rng.integers(-60, 30, 1500),
+                        rng.standard_normal(1500) * 2.0 ** (emin - man_bits - 30), [-0.0, -0.0, 1.0, 1.0]])
+    with np.errstate(invalid="ignore"):  # TwoSum's low part of inf + 1 is NaN (and unused: hi is inf)
+        hi, lo = two_sum(a, b)
+    fl = scalar_rounder(name)
+    for x, y, h, low in zip(a.tolist(), b.tolist(), hi.tolist(), lo.tolist(), strict=True):
+        assert same(fl(h, low), ref_add(x, y, name)), (name, x, y)
+        assert same(fl(x, 0.0), ref_add(x, -0.0, name)), (name, x)  # x + -0 is x, signed zeros too
+    assert same(fl(math.nan, 0.0), math.nan)
+
+
+def test_scalar_rounder_breaks_a_float64_tie_by_the_low_part() -> None:
+    fl = scalar_rounder("bf16")
+    a, b = 2.0**30 * (1 + 2.0**-8), 2.0**-30  # a is a bf16 midpoint; float64 drops b
+    assert fl(a + b, b) == 2.0**30 * (1 + 2.0**-7)
+    assert fl(a - b, -b) == 2.0**30
+    assert fl(a, 0.0) == 2.0**30  # a true tie: to even
+    half_subnormal = 2.0**-25  # fp16: midway between 0 and its smallest subnormal 2^-24
+    fp16 = scalar_rounder("fp16")
+    assert fp16(half_subnormal, 2.0**-80) == 2.0**-24 and fp16(half_subnormal, 0.0) == 0.0
+    assert same(fp16(-half_subnormal, 2.0**-80), -0.0)
+    assert math.isinf(fp16(65520.0, 0.0)) and fp16(65520.0, -1e-9) == 65504.0  # the overflow tie
+    assert scalar_rounder("e8m30")(float(np.nextafter(np.inf, 0)), 0.0) == math.inf  # rounds past 2^1024
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_few_series_loops_match_exact_model_and_numpy_loops(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    terms = hazard_terms(name, 400, 22)
+    fast_seq = sequential_sum(terms, name, cumulative=True)
+    fast_kahan = kahan_sum(terms, name, cumulative=True)
+    for got, want in zip(fast_seq.tolist(), ref_sequential_partials(terms.tolist(), name), strict=True):
+        assert same(got, want), name
+    for got, want in zip(fast_kahan.tolist(), ref_kahan_partials(terms.tolist(), name), strict=True):
+        assert same(got, want), name
+    monkeypatch.setattr(accumulate, "SCALAR_SERIES", 0)  # the numpy loops: bit for bit the same, NaNs too
+    assert np.array_equal(bits(sequential_sum(terms, name, cumulative=True)), bits(fast_seq))
+    assert np.array_equal(bits(kahan_sum(terms, name, cumulative=True)), bits(fast_kahan))
+
+
+def test_few_series_overflow_keeps_lane_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    terms = np.full(64, 3000.0) + random_terms(64, 23)  # fp16 overflows near step 22
+    lanes = ["fp16", "bf16", "e4m3", "e2m1"]
+    seq = sequential_sum(terms, lanes, cumulative=True)
+    kahan = kahan_sum(terms, lanes, cumulative=True)
+    assert math.isinf(seq[0, -1]) and math.isnan(kahan[0, -1])  # inf, then inf - inf in the compensation
+    assert math.isfinite(seq[1, -1]) and math.isnan(seq[2, -1]) and seq[3, -1] == 6.0
+    monkeypatch.setattr(accumulate, "SCALAR_SERIES", 0)
+    assert np.array_equal(bits(sequential_sum(terms, lanes, cumulative=True)), bits(seq))
+    assert np.array_equal(bits(kahan_sum(terms, lanes, cumulative=True)), bits(kahan))
+
+
+@pytest.mark.parametrize("cumulative", [False, True])
+def test_few_series_batch_shapes_match_numpy_loops(cumulative: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    terms = np.stack([random_terms(30, seed) for seed in range(24, 30)]).reshape(2, 3, 30)
+    fast = [sequential_sum(terms, ["bf16"], axis=-1, cumulative=cumulative),
+            kahan_sum(terms.transpose(2, 0, 1), "fp16", axis=0, cumulative=cumulative),
+            kahan_sum(np.empty((2, 0)), ["fp16", "bf16"], cumulative=cumulative)]
+    monkeypatch.setattr(accumulate, "SCALAR_SERIES", 0)
+    slow = [sequential_sum(terms, ["bf16"], axis=-1, cumulative=cumulative),
+            kahan_sum(terms.transpose(2, 0, 1), "fp16", axis=0, cumulative=cumulative),
+            kahan_sum(np.empty((2, 0)), ["fp16", "bf16"], cumulative=cumulative)]
+    for f, s in zip(fast, slow, strict=True):
+        assert f.shape == s.shape and np.array_equal(bits(f), bits(s))
