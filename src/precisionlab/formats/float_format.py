@@ -17,6 +17,7 @@ A format stores only its defining fields; every limit is derived:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
@@ -181,6 +182,10 @@ def _pow2(e: int) -> Fraction:
 
 
 def _problems(fmt: FloatFormat) -> str:
+    for field_name in ("exp_bits", "man_bits", "bias"):
+        value = getattr(fmt, field_name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            return f"{field_name} must be an integer, got {value!r}"
     if not isinstance(fmt.encoding, Encoding):
         return f"encoding must be an Encoding, got {fmt.encoding!r}"
     if fmt.exp_bits < 1:

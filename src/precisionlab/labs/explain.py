@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from precisionlab.formats import FloatFormat, Format, IntFormat, get_format, list_formats
+from precisionlab.formats import Format, IntFormat, get_format, list_formats
 from precisionlab.labs.result import LabResult, Scalar, Table
 from precisionlab.rounding import decode, encode, neighbours, round_to, ulp
+from precisionlab.rounding.modes import parse_overflow, parse_rounding
 
 COLUMNS = ["format", "sign", "exponent", "mantissa", "code", "stored", "below", "above", "ulp", "abs error",
            "rel error"]
@@ -59,6 +60,9 @@ def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even"
             overflow: str | None = None) -> LabResult:
     value, code = parse_value(text)
     formats = list_formats() if format_spec == "all" else [get_format(format_spec)]
+    parse_rounding(rounding)  # a bad mode or policy is an error even where it does not apply (a code)
+    if overflow is not None:
+        parse_overflow(overflow)
     if code is not None:
         if len(formats) != 1:
             raise ValueError("a code belongs to one format: pass --format NAME, not all")
@@ -73,10 +77,12 @@ def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even"
         return LabResult(name="explain", title=f"explain {text}", sections=[table],
                          findings={"value": decoded})
     assert value is not None
+    if math.isnan(value) and len(formats) == 1 and not formats[0].has_nan:
+        raise ValueError(f"{formats[0].name} has no NaN: NaN cannot be stored in it")
     rows = []
     for fmt in formats:
-        if isinstance(fmt, FloatFormat) and math.isnan(value) and not fmt.has_nan:
-            continue
+        if math.isnan(value) and not fmt.has_nan:
+            continue  # integers and fp4/fp6 have no NaN (round_to raises unless nan='zero')
         rows.append(explain_row(value, fmt, rounding, overflow if fmt.is_float else None))
     table = Table(
         key="explain",

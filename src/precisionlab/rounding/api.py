@@ -182,13 +182,15 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
     Beyond the largest finite value the outer neighbour is ±inf where the format has
     inf and NaN where it has none."""
     target = get_format(fmt)
-    value = float(x)
+    value = _python_float(x)
     if math.isnan(value):
         return math.nan, math.nan
-    if isinstance(target, IntFormat):
-        lo = min(max(math.floor(value), target.min_value), target.max_value)
-        hi = max(min(math.ceil(value), target.max_value), target.min_value)
-        return float(lo), float(hi)
+    if isinstance(target, IntFormat):  # no inf: past either end the outer neighbour is NaN
+        if value > target.max_value:
+            return float(target.max_value), math.nan
+        if value < target.min_value:
+            return math.nan, float(target.min_value)
+        return float(math.floor(value)), float(math.ceil(value))
     if value == 0:
         zero = float(round_to(value, target, nan="zero"))
         return zero, zero
@@ -200,6 +202,14 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
     if value < 0:
         return -outer, -inner
     return inner, outer
+
+
+def _python_float(x: Any) -> float:
+    """x as a Python float; ValueError (not OverflowError) for an integer beyond float64."""
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"an integer of {int(x).bit_length()} bits is too large for float64") from None
 
 
 def _next_up(magnitude: float, fmt: FloatFormat) -> float:

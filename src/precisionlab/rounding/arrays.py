@@ -49,7 +49,10 @@ def unpack(x: object, what: str = "input") -> Unpacked:
         return Unpacked(arr, (), container, lambda out, fmt: _to_dtype(out, fmt).reshape(())[()])
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise TypeError(f"{what} must be a float array, tensor or number, got {type(x).__name__}")
-    arr = np.array([float(x)], dtype=np.float64)
+    try:
+        arr = np.array([float(x)], dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{what} is an integer of {int(x).bit_length()} bits, too large for float64") from None
     return Unpacked(arr, (), get_float_format("fp64"), lambda out, fmt: float(out.reshape(-1)[0]))
 
 

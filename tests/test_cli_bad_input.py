@@ -1,0 +1,68 @@
+"""Adversarial input across commands: one line `error: ...`, exit 2, nothing half-written; the API
+raises ValueError / TypeError with a clear message instead of numpy's or Python's internals."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import precisionlab as pl
+
+
+def _one_line_error(result, needle: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1, repr(result.output)
+    assert needle in result.output, result.output
+
+
+# --------------------------------------------------------------------------- explain
+def test_explain_negative_infinity_is_a_value(run_cli) -> None:  # type: ignore[no-untyped-def]
+    # click read '-inf' as the flags -i -n -f and complained that -f needs an argument
+    data = json.loads(run_cli("explain", "-inf", "-f", "e2m1", "--json").output)
+    assert data["findings"]["stored.e2m1"] == -6.0  # fp4 saturates
+    data = json.loads(run_cli("explain", "-f", "fp16", "-inf", "--json").output)
+    assert data["findings"]["stored.fp16"] == "-inf"
+
+
+def test_explain_infinity_in_an_integer_format(run_cli) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(run_cli("explain", "inf", "-f", "int8", "--json").output)
+    row = dict(zip(data["sections"][0]["columns"], data["sections"][0]["rows"][0], strict=True))
+    assert (row["stored"], row["below"], row["above"]) == (127.0, 127.0, "nan")  # nothing >= inf in int8
+    assert "stored.int4" in json.loads(run_cli("explain", "-inf", "-f", "all", "--json").output)["findings"]
+
+
+@pytest.mark.parametrize("fmt", ["e2m1", "int8"])
+def test_explain_nan_in_a_format_without_nan_is_an_error(run_cli, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_cli("explain", "nan", "-f", fmt), f"{fmt} has no NaN")
+
+
+def test_explain_checks_rounding_and_overflow_for_codes_too(run_cli) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_cli("explain", "0x7e", "-f", "e4m3", "--rounding", "up"), "unknown rounding mode")
+    _one_line_error(run_cli("explain", "0x7e", "-f", "e4m3", "--overflow", "clip"), "unknown overflow policy")
+
+
+def test_neighbours_past_the_integer_range() -> None:
+    below, above = pl.neighbours(math.inf, "int8")
+    assert below == 127.0 and math.isnan(above)
+    below, above = pl.neighbours(-1e300, "int4")
+    assert math.isnan(below) and above == -8.0
+    assert pl.neighbours(2.5, "int8") == (2.0, 3.0)
+
+
+def test_an_integer_too_large_for_float64_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="too large for float64"):
+        pl.round_to(10**400, "bf16")
+    with pytest.raises(ValueError, match="too large for float64"):
+        pl.neighbours(10**400, "bf16")
+
+
+@pytest.mark.parametrize("bias", [1.5, "8", True])
+def test_a_format_bias_must_be_an_integer(bias: object) -> None:
+    with pytest.raises(ValueError, match="bias must be an integer"):
+        pl.get_format("e4m3", bias=bias)  # type: ignore[arg-type]
+    assert pl.get_format("e4m3", bias=np.int64(8), encoding="fnuz").max_finite == 240.0
+
+
