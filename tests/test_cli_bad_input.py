@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,5 +65,47 @@ def test_a_format_bias_must_be_an_integer(bias: object) -> None:
     with pytest.raises(ValueError, match="bias must be an integer"):
         pl.get_format("e4m3", bias=bias)  # type: ignore[arg-type]
     assert pl.get_format("e4m3", bias=np.int64(8), encoding="fnuz").max_finite == 240.0
+
+
+# --------------------------------------------------------------------------- output files
+def test_output_blocked_by_a_directory_names_it_and_leaves_no_temp(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "o"
+    (out / "formats_range_vs_precision.png").mkdir(parents=True)
+    result = run_cli("formats", "--out", str(out))
+    _one_line_error(result, "cannot write")
+    assert "formats_range_vs_precision.png" in result.output and ".tmp" not in result.output
+    assert sorted(p.name for p in out.iterdir()) == ["formats_range_vs_precision.png"]  # no temporary PNG left
+
+
+def test_unwritable_csv_names_the_file_not_a_temporary(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "afile" / "codes.csv"  # the parent is a file
+    result = run_cli("formats", "--codes", "e4m3", "--csv", str(target))
+    _one_line_error(result, f"cannot write {target}")
+    assert ".tmp" not in result.output
+
+
+@pytest.mark.parametrize("args", [("formats", "--out", ""), ("run", "--only", "formats", "--out", ""),
+                                  ("formats", "--codes", "e2m1", "--csv", "")])
+def test_an_empty_output_path_is_refused(run_cli, tmp_path: Path, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli(*args)  # '' meant '.': files landed in the working directory
+    assert result.exit_code == 2 and "an empty path" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert list(tmp_path.iterdir()) == []  # nothing written into the working directory
+
+
+def test_run_only_with_no_names_is_an_error(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_cli("run", "--only", ",", "--out", str(tmp_path / "r")), "at least one lab")
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_of_memory_is_one_line(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from precisionlab.labs import formats_table
+
+    def exhausted() -> None:
+        raise MemoryError("Unable to allocate 364. TiB")
+
+    monkeypatch.setattr(formats_table, "run", exhausted)
+    _one_line_error(run_cli("formats"), "not enough memory")
 
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options
 from precisionlab.labs import formats_table
 
 
 @click.command("formats")
 @click.option("--codes", "codes_of", metavar="FORMAT", default=None,
               help="Print every code of a format of 8 bits or fewer (golden data).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--csv", "csv_path", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
               help="With --codes: also write the code table as CSV to this file.")
 @lab_output_options
 def COMMAND(codes_of: str | None, csv_path: Path | None, as_json: bool, out_dir: Path | None) -> None:

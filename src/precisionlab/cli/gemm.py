@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, positive_int
+from precisionlab.cli.common import emit, lab_output_options, positive_int, progress_bar
 from precisionlab.gemm.variants import ACC_ROUNDINGS, NARROW_ACC_BITS, NARROW_ACC_ROUNDING
 
 
@@ -45,9 +45,6 @@ def COMMAND(backend: str, size: int, gemv_size: int, tile: int, acc_bits: int, a
             peak_tflops: tuple[str, ...], bandwidth: float | None, time_budget: float, seed: int, as_json: bool,
             out_dir: Path | None) -> None:
     """Mixed-precision GEMM: what narrow storage and narrow accumulators cost, and where kernels sit."""
-    from rich.console import Console
-    from rich.progress import Progress
-
     from precisionlab.labs import gemm
 
     options: dict[str, Any] = {
@@ -55,13 +52,7 @@ def COMMAND(backend: str, size: int, gemv_size: int, tile: int, acc_bits: int, a
         "k_max": k_max, "sweep_outputs": sweep_outputs, "ceiling_size": ceiling_size, "time_budget": time_budget,
         "backend": backend, "accelerator": accelerator, "peak_tflops": peak_tflops, "bandwidth": bandwidth,
         "gpu_size": gpu_size}
-    gemm.check_options(**options)  # bad input fails here, before the progress bar starts
-    with Progress(console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("gemm", total=gemm.STAGES)
-
-        def stage(description: str) -> None:
-            progress.update(task, description=description)
-            progress.advance(task)
-
+    gemm.check_options(**options, seed=seed)  # bad input fails here, before the progress bar starts
+    with progress_bar(gemm.STAGES, "gemm") as stage:
         result = gemm.run(**options, seed=seed, stage=stage)
     emit(result, as_json, out_dir)

@@ -30,6 +30,12 @@ class FriendlyGroup(click.Group):
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             click.echo(f"error: {message}", err=True)
             ctx.exit(2)
+        except MemoryError as exc:
+            # sizes are bounded where they are checked, but a large input file or a small machine can
+            # still run out: say so in one line rather than print numpy's traceback.
+            detail = f" ({exc})" if str(exc) else ""
+            click.echo(f"error: not enough memory{detail}; try smaller sizes", err=True)
+            ctx.exit(2)
 
 
 def _discover(group: click.Group) -> None:

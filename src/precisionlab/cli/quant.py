@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, positive_int
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress_bar
 
 
 @click.group("quant")
@@ -54,19 +54,11 @@ def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
 @lab_output_options
 def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path | None) -> None:
     """Every scheme on every float tensor of FILE (.npy or .safetensors, memory-mapped; bf16 included)."""
-    from rich.console import Console
-    from rich.progress import Progress
-
     from precisionlab.labs import quant_compare
 
     chosen = list(quant_compare.split_schemes(schemes)) or list(quant_compare.DEFAULT_SCHEMES)
     total = quant_compare.progress_total(file, chosen)
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("quantizing", total=total)
-
-        def advance(description: str) -> None:
-            bar.update(task, description=description, advance=1)
-
+    with progress_bar(total, "quantizing") as advance:
         result = quant_compare.compare(file, chosen, progress=advance)
     emit(result, as_json, out_dir)
 
@@ -74,22 +66,14 @@ def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path |
 @COMMAND.command("save")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--scheme", "-s", required=True, help="One scheme string, e.g. int4:g128, mxfp4, nvfp4, dsv3_weight.")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--output", "-o", required=True, type=NonEmptyPath(dir_okay=False, path_type=Path),
               help="The tagged .safetensors file to write (golden codes and scales).")
 @lab_output_options
 def save(file: Path, scheme: str, output: Path, as_json: bool, out_dir: Path | None) -> None:
     """Quantize every float tensor of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file."""
-    from rich.console import Console
-    from rich.progress import Progress
-
     from precisionlab.labs import quant_compare
 
     total = len(quant_compare.iter_tensors(file)[0])
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("quantizing", total=total)
-
-        def advance(description: str) -> None:
-            bar.update(task, description=description, advance=1)
-
+    with progress_bar(total, "quantizing") as advance:
         result = quant_compare.quantize_file(file, scheme, output, progress=advance)
     emit(result, as_json, out_dir)

@@ -7,38 +7,36 @@ from pathlib import Path
 
 import click
 
+from precisionlab.cli.common import NonEmptyPath, progress_bar
 from precisionlab.labs import all_labs
 
 
 @click.command("run")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"),
+@click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=Path("out"),
               show_default=True, help="Directory for results.json, index.html and the PNG plots.")
 @click.option("--quick", is_flag=True, help="Use each lab's small, fast settings.")
 @click.option("--only", default=None, help="Comma-separated lab names to run.")
 def COMMAND(out_dir: Path, quick: bool, only: str | None) -> None:
     """Run every lab at its default size and write one report."""
-    from rich.console import Console
-    from rich.progress import Progress
-
     from precisionlab.report.outputs import write_run
 
     labs = all_labs()
-    if only:
+    if only is not None:
         wanted = [name.strip() for name in only.split(",") if name.strip()]
+        if not wanted:
+            raise ValueError(f"--only needs at least one lab name; labs: {', '.join(lab.name for lab in labs)}")
         unknown = sorted(set(wanted) - {lab.name for lab in labs})
         if unknown:
             raise ValueError(f"unknown lab(s) {', '.join(unknown)}; labs: {', '.join(lab.name for lab in labs)}")
         labs = [lab for lab in labs if lab.name in wanted]
-    console = Console(stderr=True)
     results, timings = [], []
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("labs", total=len(labs))
+    with progress_bar(len(labs), "labs") as step:
         for lab in labs:
-            progress.update(task, description=f"running {lab.name}")
+            step(f"running {lab.name}", advance=0)
             start = time.perf_counter()
             results.append(lab.run(**(lab.quick if quick else {})))
             timings.append(time.perf_counter() - start)
-            progress.advance(task)
+            step(f"ran {lab.name}")
     write_run(results, out_dir)
     for result, seconds in zip(results, timings, strict=True):
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "

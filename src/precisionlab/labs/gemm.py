@@ -31,6 +31,9 @@ from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 
 Stage = Callable[[str], None]
 K_SWEEP = (128, 256, 512, 1024, 2048, 4096)
+MAX_SIZES = {"size": 4096, "gemv_size": 16384, "k_max": 1 << 16, "sweep_outputs": 256, "ceiling_size": 8192,
+             "gpu_size": 32768}
+"""Upper bounds of the size options (defaults: 256, 2048, 4096, 32, 1024, 8192)."""
 ROOF_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 STAGES = 7
 
@@ -48,7 +51,7 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
         stage: Stage | None = None) -> LabResult:
     """Run the lab. `stage` (optional) is called with a description as each of STAGES stages starts."""
     datasheet = check_options(size, gemv_size, tile, acc_bits, acc_rounding, k_max, sweep_outputs, ceiling_size,
-                              time_budget, backend, accelerator, peak_tflops, bandwidth, gpu_size)
+                              time_budget, backend, accelerator, peak_tflops, bandwidth, gpu_size, seed)
     if backend == "gpu":
         return run_gpu(gpu_size, seed, datasheet=datasheet)
     note = stage or (lambda _: None)
@@ -82,11 +85,12 @@ def check_options(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bi
                   acc_rounding: str = NARROW_ACC_ROUNDING, k_max: int = 4096, sweep_outputs: int = 32,
                   ceiling_size: int = 1024, time_budget: float = 0.1, backend: str = "cpu",
                   accelerator: str | None = None, peak_tflops: tuple[str, ...] = (), bandwidth: float | None = None,
-                  gpu_size: int = 8192) -> Ceilings | None:
+                  gpu_size: int = 8192, seed: int = 0) -> Ceilings | None:
     """Every option checked before any work (one-line ValueError); returns the datasheet ceilings, if any.
 
-    Sizes positive; size, gemv N=K multiples of the tile; k_max >= 128; gpu_size a multiple of 128;
-    time_budget a positive finite number of seconds."""
+    Sizes positive and at most MAX_SIZES (beyond them the arrays alone outgrow memory, or the exact
+    emulation would run for days); size, gemv N=K multiples of the tile; k_max >= 128; gpu_size a
+    multiple of 128; time_budget a positive finite number of seconds; seed non-negative."""
     check_sizes(size, size, size, tile)
     check_sizes(1, gemv_size, gemv_size, tile)
     if k_max < K_SWEEP[0]:
@@ -94,6 +98,13 @@ def check_options(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bi
     for label, value in (("sweep_outputs", sweep_outputs), ("ceiling_size", ceiling_size), ("gpu_size", gpu_size)):
         if value <= 0:
             raise ValueError(f"{label} must be a positive integer, got {value}")
+    given = {"size": size, "gemv_size": gemv_size, "k_max": k_max, "sweep_outputs": sweep_outputs,
+             "ceiling_size": ceiling_size, "gpu_size": gpu_size}
+    for label, value in given.items():
+        if value > MAX_SIZES[label]:
+            raise ValueError(f"{label} must be at most {MAX_SIZES[label]}, got {value}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
     if backend not in ("cpu", "gpu"):
         raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
     if backend == "gpu" and gpu_size % BLOCK_K:

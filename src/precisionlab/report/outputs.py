@@ -6,13 +6,13 @@ never leaves a half-written file behind.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from precisionlab._atomic import atomic_write_text
+from precisionlab._atomic import atomic_write_text, atomic_write_with
 from precisionlab.labs.result import LabResult, Table, jsonable
 from precisionlab.report.plots import save_figure
 from precisionlab.report.terminal import format_cell
@@ -26,10 +26,7 @@ def write_figures(result: LabResult, out_dir: Path) -> list[Path]:
     paths = []
     for fig in result.figures:
         final = out_dir / f"{result.name}_{fig.key}.png"
-        tmp = final.with_name(f".{final.name}.tmp.png")
-        save_figure(fig, tmp)
-        os.replace(tmp, final)
-        paths.append(final)
+        paths.append(atomic_write_with(final, functools.partial(save_figure, fig), suffix=".png"))
     return paths
 
 
