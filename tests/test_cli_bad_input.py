@@ -109,3 +109,64 @@ def test_out_of_memory_is_one_line(run_cli, monkeypatch) -> None:  # type: ignor
     _one_line_error(run_cli("formats"), "not enough memory")
 
 
+# --------------------------------------------------------------------------- quant
+def test_quant_errors_after_the_file_is_read_are_one_line(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # the progress bar printed an empty line before the error when stderr is not a terminal
+    np.save(tmp_path / "w.npy", np.ones((4, 32), dtype=np.float32))
+    out = str(tmp_path / "q.safetensors")
+    _one_line_error(run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int5", "-o", out), "unknown element")
+    nan = np.ones((4, 32), dtype=np.float32)
+    nan[0, 0] = np.nan
+    np.save(tmp_path / "n.npy", nan)
+    _one_line_error(run_cli("quant", "compare", str(tmp_path / "n.npy"), "-s", "int8"), "NaN/inf")
+
+
+def test_quant_save_takes_one_scheme(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    np.save(tmp_path / "w.npy", np.ones((4, 32), dtype=np.float32))
+    out = str(tmp_path / "q.safetensors")
+    result = run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int4:g128,mxfp4", "-o", out)
+    _one_line_error(result, "save takes one scheme")
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (b"this is not an array", "not a .npy file"),  # np.load said "contains pickled (object) data"
+    (None, "empty array"),
+])
+def test_quant_compare_bad_npy(run_cli, tmp_path: Path, content: bytes | None, needle: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "x.npy"
+    if content is None:
+        np.save(path, np.zeros((0, 4), dtype=np.float32))
+    else:
+        path.write_bytes(content)
+    result = run_cli("quant", "compare", str(path))
+    _one_line_error(result, needle)
+    assert "x.npy" in result.output
+
+
+@pytest.mark.parametrize(("scheme", "needle"), [
+    ("int8:sym:asym", "set the same thing"),
+    ("mxfp4:floor:rceil", "set the same thing"),
+    ("int8:scale=fp16:scale=fp32", "set the same thing"),
+    ("int4:g100000000000", "at most 16777216"),  # was a MemoryError (373 GiB of padding)
+    ("e4m3:block65536x65536", "at most 16777216"),
+])
+def test_scheme_conflicts_and_absurd_groups(scheme: str, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        pl.parse_scheme(scheme)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("quant", "demo", "--cols", "99999999999"), "cols must be"),  # MemoryError
+    (("quant", "demo", "--window", "99999999999"), "window must be"),  # ran for ever
+    (("quant", "drill", "--seed", "-1"), "seed must be a non-negative"),  # numpy: "expected non-negative integer"
+    (("gemm", "--seed", "-1"), "seed must be a non-negative"),
+    (("gemm", "--k-max", "100000000000"), "k_max must be at most"),  # MemoryError
+    (("gemm", "--size", "100000"), "size must be at most"),
+    (("axpy", "--n", "99999999999999"), "up to 268435456"),  # MemoryError
+    (("lossscale", "train", "--steps", "99999999999"), "steps must be in"),
+    (("lossscale", "train", "--samples", "99999999999"), "at most"),  # MemoryError
+])
+def test_absurd_sizes_are_refused(run_cli, args: tuple[str, ...], needle: str) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_cli(*args), needle)
+
+

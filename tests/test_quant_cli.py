@@ -68,13 +68,13 @@ def test_compare_npy_and_safetensors(run_cli, tmp_path: Path) -> None:  # type: 
 
 
 @pytest.mark.parametrize(("make", "fragment"), [
-    (lambda p: p.write_text("hello"), "compare reads .npy or .safetensors"),
+    (lambda p: p.write_text("hello"), "read .npy or .safetensors"),
     (lambda p: p.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{bad}"), "corrupt safetensors header"),
     (lambda p: np.save(p, np.arange(5)), "needs a float array"),
     (lambda p: np.save(p, np.array([1.0, np.nan], dtype=np.float32)), "NaN/inf"),
 ])
 def test_compare_bad_input_exits_2(run_cli, tmp_path: Path, make, fragment: str) -> None:  # type: ignore[no-untyped-def]
-    name = "x.txt" if "compare reads" in fragment else ("x.safetensors" if "corrupt" in fragment else "x.npy")
+    name = "x.txt" if "read .npy" in fragment else ("x.safetensors" if "corrupt" in fragment else "x.npy")
     path = tmp_path / name
     make(path)
     out = tmp_path / "out"

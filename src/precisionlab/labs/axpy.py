@@ -18,10 +18,14 @@ DEFAULT_N = 1 << 24
 BYTES_PER_ELEMENT_MOVED = 3
 
 
+MAX_N = 1 << 28
+"""Largest vector length: three float32 vectors of 2^28 elements already take 3 GiB."""
+
+
 def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> LabResult:
     """Time axpy per precision and the copy ceiling (CPU: fastest of numpy and torch; GPU: Triton and torch)."""
-    if n <= 0:
-        raise ValueError(f"n must be a positive integer, got {n}")
+    if not 0 < n <= MAX_N:
+        raise ValueError(f"n must be a positive integer up to {MAX_N} (2^28), got {n}")
     if not (math.isfinite(time_budget) and time_budget > 0):
         raise ValueError(f"time_budget must be positive seconds, got {time_budget}")
     if backend == "gpu":

@@ -23,6 +23,8 @@ DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nf4:g64", "mxfp8", "mxfp4", "nvfp4"
 
 Progress = Callable[[str], None]
 
+_NPY_MAGIC = b"\x93NUMPY"
+
 
 SOURCE_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
                  "F8_E5M2": "float8_e5m2"}
@@ -35,18 +37,23 @@ def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], 
     if not path.is_file():
         raise OSError(f"no such file: {path}")
     if suffix == ".npy":
+        with path.open("rb") as handle:
+            if handle.read(len(_NPY_MAGIC)) != _NPY_MAGIC:  # np.load would try to unpickle it
+                raise ValueError(f"{path}: not a .npy file (it does not start with the NumPy magic bytes)")
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
             raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
         if arr.dtype.kind != "f":
-            raise ValueError(f"{path}: holds {arr.dtype} values; compare needs a float array")
+            raise ValueError(f"{path}: holds {arr.dtype} values; quantizing needs a float array")
+        if arr.size == 0:
+            raise ValueError(f"{path}: holds an empty array of shape {arr.shape}; there is nothing to quantize")
         load = lambda: np.asarray(arr, dtype=np.float32 if arr.dtype == np.float16 else arr.dtype)  # noqa: E731
         return [(path.stem, load, arr.dtype.name)], []
     if suffix == ".safetensors":
         entries, metadata = read_safetensors(path)
         if TAG_KEY in metadata:
-            raise ValueError(f"{path}: holds quantized tensors (precisionlab tag); compare reads source tensors")
+            raise ValueError(f"{path}: holds quantized tensors (precisionlab tag); source tensors are needed")
         tensors, skipped = [], []
         for name, entry in entries.items():
             if entry.dtype in SOURCE_DTYPES and entry.raw.size:
@@ -54,9 +61,9 @@ def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], 
             else:
                 skipped.append(name)
         if not tensors:
-            raise ValueError(f"{path}: no float tensors to compare")
+            raise ValueError(f"{path}: no non-empty float tensors to quantize")
         return tensors, skipped
-    raise ValueError(f"compare reads .npy or .safetensors files, got {path.name!r}")
+    raise ValueError(f"quant compare and save read .npy or .safetensors files, got {path.name!r}")
 
 
 def _applicable(scheme: str, ndim: int) -> bool:
@@ -134,6 +141,8 @@ def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None 
     """
     from precisionlab.quant.safetensors_io import save_quantized
 
+    if "," in scheme:
+        raise ValueError(f"save takes one scheme, got a list: {scheme!r} (run save once per scheme)")
     parsed = str(parse_scheme(scheme))
     if out.suffix.lower() != ".safetensors":
         raise ValueError(f"the output must be a .safetensors file, got {out.name!r}")

@@ -166,7 +166,17 @@ def scaler_section(steps: int, window: int, outlier_step: int = 4, factor: float
     return table, figure, findings
 
 
+MAX_COLS = 1 << 18
+MAX_WINDOW = 1024
+
+
 def run(cols: int = 1024, ratio: float = 45.0, seed: int = 0, steps: int = 24, window: int = 16) -> LabResult:
+    for label, value, top in (("cols", cols, MAX_COLS), ("window", window, MAX_WINDOW),
+                              ("steps", steps, MAX_WINDOW + 64)):
+        if not 1 <= value <= top:
+            raise ValueError(f"{label} must be an integer in 1..{top}, got {value}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
     w = outlier_matrix(cols, ratio, seed)
     amax_rows = np.abs(w).max(axis=1)
     amax_ratio = float(amax_rows[OUTLIER_ROW] / np.median(np.delete(amax_rows, OUTLIER_ROW)))

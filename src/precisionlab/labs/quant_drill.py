@@ -95,6 +95,8 @@ def alignment(seed: int, group: int = 32, width: int = 4, sigma: float = 0.5, pe
 
 
 def run(seed: int = 0) -> LabResult:
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
     w, rest, x = drill_matrix(seed)
     fp32_bytes = w.size * 4
     rows: list[list[Scalar]] = []

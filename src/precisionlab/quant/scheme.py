@@ -221,6 +221,8 @@ def _granularity(token: str, spec: str) -> dict[str, object]:
     if not sep:
         raise ValueError(f"{token!r} in scheme {spec!r}: write {kind}<R>x<C>, e.g. block128x128 or tile1x128")
     rows, cols = _positive(rows_text, token, spec), _positive(cols_text, token, spec)
+    if rows * cols > MAX_GROUP:
+        raise ValueError(f"{token!r} in scheme {spec!r}: a block holds at most {MAX_GROUP} (2^24) elements")
     if kind == "tile":
         if rows != 1:
             raise ValueError(f"{token!r} in scheme {spec!r}: tiles are 1x<C>; use block{rows}x{cols} for 2-D blocks")
@@ -228,9 +230,16 @@ def _granularity(token: str, spec: str) -> dict[str, object]:
     return {"granularity": Granularity.BLOCK, "group": cols, "block_rows": rows}
 
 
+MAX_GROUP = 1 << 24
+"""Largest group or block (elements): a ragged last group is padded and stored, so a group far larger
+than the tensor would allocate its padding (a per-tensor scale needs no granularity at all)."""
+
+
 def _positive(text: str, token: str, spec: str) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise ValueError(f"{token!r} in scheme {spec!r} needs a positive integer size")
+    if int(text) > MAX_GROUP:
+        raise ValueError(f"{token!r} in scheme {spec!r}: a group holds at most {MAX_GROUP} (2^24) elements")
     return int(text)
 
 
@@ -239,8 +248,14 @@ _OPTION_NAMES = ("sym", "asym", "scale=", "outliers=", "axis=", "floor", "rceil"
 
 def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) -> Scheme:
     changes: dict[str, object] = {}
+    seen: dict[str, str] = {}
     for option in options:
         key, eq, value = option.partition("=")
+        field = "symmetric" if key in ("sym", "asym") else _option_field(key)
+        if field in seen:
+            raise ValueError(f"options {seen[field]!r} and {option!r} in scheme {spec!r} set the same thing; "
+                             "give it once")
+        seen[field] = option
         if preset and _option_field(key) not in PRESET_OPTIONS:
             raise ValueError(f"preset {base.preset} fixes its element, granularity and scale; "
                              f"option {option!r} in {spec!r} is not allowed (allowed: axis=, nonfinite=, "

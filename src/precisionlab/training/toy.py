@@ -41,6 +41,12 @@ from precisionlab.training.scaler import DynamicLossScaler, has_overflow
 MIN_STALL_STEPS = 10
 """Runs shorter than this are never called stalled."""
 
+MAX_VALUES = 1 << 25
+"""Largest toy problem (samples × features): 2^22 samples of 8 features, 256 MiB in float64."""
+
+MAX_STEPS = 100_000
+"""Longest run (the default is 400 steps)."""
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -62,6 +68,9 @@ def make_problem(samples: int = 16384, features: int = 8, decades: float = 1.0, 
     fp16's min normal are zeroed, so X is exact in fp32, bf16 and fp16."""
     if samples < 2 or features < 1:
         raise ValueError("the toy problem needs at least 2 samples and 1 feature")
+    if samples * features > MAX_VALUES:
+        raise ValueError(f"the toy problem holds at most {MAX_VALUES} values (samples × features), "
+                         f"got {samples} × {features}")
     rng = np.random.default_rng(seed)
     scales = 10.0 ** (-decades * np.arange(features) / max(features - 1, 1))
     raw = rng.standard_normal((samples, features)) * scales
@@ -129,8 +138,8 @@ class TrainConfig:
     """A run reaches its target when the loss falls to initial loss * target_ratio."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise ValueError(f"steps must be in 1..{MAX_STEPS}, got {self.steps}")
         for name in ("lr", "max_norm", "init_scale", "high_init_scale", "target_ratio"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
