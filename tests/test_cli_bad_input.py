@@ -170,3 +170,21 @@ def test_absurd_sizes_are_refused(run_cli, args: tuple[str, ...], needle: str) -
     _one_line_error(run_cli(*args), needle)
 
 
+# --------------------------------------------------------------------------- capacity / advise / lossscale
+@pytest.mark.parametrize(("args", "needle"), [
+    (("capacity", "--memory", "nan"), "memory must be a positive number"),  # accepted: every batch was 0
+    (("capacity", "--memory", "inf"), "memory must be a positive number"),  # OverflowError traceback
+    (("capacity", "--memory", "1e300"), "memory must be a positive number"),  # OverflowError traceback
+    (("capacity", "--peak-tflops", "nan"), "peak rate for bf16"),  # "cannot convert float NaN to integer"
+    (("advise", "--bandwidth", "nan"), "bandwidth must be a positive number"),  # accepted
+    (("capacity", "--name", "mine"), "--name names a --config model"),  # silently ignored
+    (("advise", "--name", "mine"), "--name names a --config model"),
+    (("advise", "pretrain", "--role", "weights"), "describe the custom scenario"),  # silently ignored
+])
+def test_capacity_and_advise_reject_nonsense(run_cli, args: tuple[str, ...], needle: str) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_cli(*args), needle)
+
+
+def test_census_csv_that_is_not_text(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "h.csv").write_bytes(b"\xff\xfe\x00\x01")
+    _one_line_error(run_cli("lossscale", "census", str(tmp_path / "h.csv")), "h.csv: not a text .csv")

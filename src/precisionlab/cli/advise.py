@@ -40,6 +40,9 @@ def COMMAND(scenario: str | None, role: str | None, range_decades: float | None,
     custom_given = any(v is not None for v in (role, range_decades, rel_error, bound))
     if scenario is None:
         scenario = "custom" if custom_given else "all"
+    elif custom_given and scenario not in ("custom", "all"):
+        raise click.UsageError(f"--role, --range-decades, --rel-error and --bound describe the custom scenario; "
+                               f"{scenario} has its own (drop them, or ask for custom)")
     result = run(scenario=scenario, model=model, config=config, name=name, gpu=gpu, memory=memory,
                  bandwidth=bandwidth, peak_tflops=peak_tflops, batch=batch, reserve=reserve, tp=tp, context=context,
                  long_context=long_context, role=role or "activations",

@@ -47,12 +47,13 @@ class Accelerator:
                        peak_tflops: dict[str, float] | None = None) -> Accelerator:
         """A copy with datasheet numbers replaced (e.g. from the command line)."""
         for label, value in (("memory", memory_gb), ("bandwidth", bandwidth_gbs)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{label} must be positive, got {value}")
+            if value is not None and not _positive_finite(value):
+                raise ValueError(f"{label} must be a positive number up to {MAX_OVERRIDE:g}, got {value}")
         peaks = dict(self.peak_tflops)
         for precision, value in (peak_tflops or {}).items():
-            if value <= 0:
-                raise ValueError(f"peak rate for {precision} must be positive, got {value}")
+            if not _positive_finite(value):
+                raise ValueError(f"peak rate for {precision} must be a positive number up to {MAX_OVERRIDE:g}, "
+                                 f"got {value}")
             peaks[precision] = value
         return dataclasses.replace(
             self,
@@ -61,6 +62,14 @@ class Accelerator:
             bandwidth_gbs=bandwidth_gbs if bandwidth_gbs is not None else self.bandwidth_gbs,
             peak_tflops=peaks,
         )
+
+
+MAX_OVERRIDE = 1e290
+"""Largest override: finite even in base units (GB -> bytes, TFLOP/s -> FLOP/s) and in products of them."""
+
+
+def _positive_finite(value: float) -> bool:
+    return 0 < value <= MAX_OVERRIDE
 
 
 # Dense rates; sparse figures on datasheets are twice these.

@@ -74,7 +74,7 @@ def run(scenario: str = "all", model: str | None = None, config: str | Path | No
         raise ValueError(f"advise takes one target accelerator, got {gpu!r}")
     gpu_name = names[0]
     key = finding_key(gpu_name)
-    shape = resolve_model(model or "", config, name) if (model or config) else None
+    shape = resolve_model(model or "", config, name) if (model or config or name) else None
     inputs = Inputs(accelerator=resolve_accelerator(gpu_name, memory, bandwidth, peak_tflops), gpu_key=key,
                     model=shape, batch=batch, reserve=reserve, tp=tp, context=context, long_context=long_context,
                     role=role, range_decades=range_decades, rel_error=rel_error, bound=bound)

@@ -53,6 +53,8 @@ def resolve_model(model: str = "llama3_8b", config: str | Path | None = None, na
     """A preset by name, or the shape in a config.json file (which wins when given)."""
     if config is not None:
         return load_config(config, name)
+    if name is not None:
+        raise ValueError("--name names a --config model; a preset keeps its own name")
     return get_model(model)
 
 

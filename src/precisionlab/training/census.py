@@ -109,8 +109,11 @@ def load_gradients(path: str | Path) -> GradientSample:
 def _load_histogram_csv(file: Path) -> GradientSample:
     magnitudes: list[float] = []
     counts: list[float] = []
-    with file.open(newline="") as handle:
-        rows = [r for r in csv.reader(handle) if r and not r[0].lstrip().startswith("#")]
+    try:
+        with file.open(newline="", encoding="utf-8") as handle:
+            rows = [r for r in csv.reader(handle) if r and not r[0].lstrip().startswith("#")]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{file}: not a text .csv of magnitude,count rows (byte {exc.start} is not UTF-8)") from None
     for index, row in enumerate(rows):
         if len(row) != 2:
             raise ValueError(f"{file}: row {index + 1} has {len(row)} columns; expected magnitude,count")
