@@ -188,3 +188,21 @@ def test_capacity_and_advise_reject_nonsense(run_cli, args: tuple[str, ...], nee
 def test_census_csv_that_is_not_text(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "h.csv").write_bytes(b"\xff\xfe\x00\x01")
     _one_line_error(run_cli("lossscale", "census", str(tmp_path / "h.csv")), "h.csv: not a text .csv")
+
+
+# --------------------------------------------------------------------------- quant API
+def test_scalers_check_their_element_and_margin() -> None:
+    from precisionlab.quant import CurrentScaler, DelayedScaler
+
+    with pytest.raises(ValueError, match="unknown format"):
+        CurrentScaler("e4m4x")  # was accepted; only step() failed
+    with pytest.raises(TypeError, match="margin"):
+        DelayedScaler("e4m3", margin=float("nan"))  # type: ignore[arg-type]  # every scale was NaN
+
+
+def test_save_quantized_needs_quantized_tensors(tmp_path: Path) -> None:
+    from precisionlab.quant.safetensors_io import save_quantized
+
+    with pytest.raises(TypeError, match="not a QuantizedTensor"):  # was AttributeError: no attribute 'packed'
+        save_quantized(tmp_path / "q.safetensors", {"w": np.ones((4, 32), dtype=np.float32)})  # type: ignore[dict-item]
+    assert list(tmp_path.iterdir()) == []

@@ -201,6 +201,8 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
         # entry keys are NAME.<part> with dot-free parts, so dotted names (model.layers.0.w) cannot collide
         if not isinstance(name, str) or not name or name in ("__metadata__", TAG_KEY):
             raise ValueError(f"tensor name {name!r} is empty or reserved")
+        if not isinstance(q, QuantizedTensor):
+            raise TypeError(f"tensor {name!r} is a {type(q).__name__}, not a QuantizedTensor: quantize it first")
         entries[f"{name}.codes"] = ("U8", q.packed)
         entries[f"{name}.scales"] = _scale_entry(q)
         if q.zero_points is not None:

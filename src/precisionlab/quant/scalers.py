@@ -15,6 +15,7 @@ all-zero amax gives s = 1.
 
 from __future__ import annotations
 
+import numbers
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,13 @@ def _scale(amax: float, element: str, margin: int) -> float:
     return float(np.float32(amax * 2.0**margin / get_format(element).max_finite))
 
 
+def _check(element: str, margin: int) -> None:
+    """The element must name a format and the margin be a whole power of two (checked at construction)."""
+    get_format(element)
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Integral):
+        raise TypeError(f"margin is a power-of-two exponent and must be an integer, got {margin!r}")
+
+
 def _amax(x: Any) -> float:
     """max |x|; a tensor holding NaN or inf is refused at once (it would poison the history)."""
     amax = float(np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=0.0))
@@ -47,6 +55,9 @@ class CurrentScaler:
     element: str = "e4m3"
     margin: int = 0
 
+    def __post_init__(self) -> None:
+        _check(self.element, self.margin)
+
     def step(self, x: Any) -> float:
         return _scale(_amax(x), self.element, self.margin)
 
@@ -61,6 +72,7 @@ class DelayedScaler:
     amax_history: deque[float] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
+        _check(self.element, self.margin)
         if self.history < 1:
             raise ValueError(f"history must be >= 1, got {self.history}")
 
