@@ -206,3 +206,7 @@ def test_save_quantized_needs_quantized_tensors(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="not a QuantizedTensor"):  # was AttributeError: no attribute 'packed'
         save_quantized(tmp_path / "q.safetensors", {"w": np.ones((4, 32), dtype=np.float32)})  # type: ignore[dict-item]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_lossscale_quick_conflicts_with_explicit_sizes(run_cli) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_cli("lossscale", "--quick", "--steps", "5"), "--quick sets the sizes itself")  # was ignored

@@ -51,6 +51,10 @@ def COMMAND(ctx: click.Context, steps: int, samples: int, quick: bool, as_json: 
     """
     if ctx.invoked_subcommand is not None:
         return
+    given = [f"--{name}" for name in ("steps", "samples")
+             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    if quick and given:
+        raise click.UsageError(f"--quick sets the sizes itself; drop {' and '.join(given)} or --quick")
     options = dict(LAB.quick) if quick else {"steps": steps, "samples": samples}
     with _busy("training every variant in emulated precision"):
         result = run(**options)
