@@ -241,6 +241,19 @@ def test_neighbours() -> None:
     assert pl.neighbours(70000.0, "fp16") == (65504.0, math.inf)
 
 
+def _nan_or(values: list[float], pick) -> float:  # type: ignore[no-untyped-def]
+    return pick(values) if values else math.nan
+
+
+@pytest.mark.parametrize("x", [-1.0, -0.0, 0.0, 1e-40, 2.0**-127, 3.0, 2.0**127, 2.0**128])
+def test_neighbours_of_ue8m0_from_its_members(x: float) -> None:
+    """ue8m0 holds exactly 2^-127 … 2^127: no zero, no negatives, so below 2^-127 nothing is <= x."""
+    members = [2.0**k for k in range(-127, 128)]
+    expected = (_nan_or([m for m in members if m <= x], max), _nan_or([m for m in members if m >= x], min))
+    got = pl.neighbours(x, "ue8m0")
+    assert [g if not math.isnan(g) else "nan" for g in got] == [e if not math.isnan(e) else "nan" for e in expected]
+
+
 # --------------------------------------------------------------------------- properties
 finite_doubles = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
