@@ -191,6 +191,18 @@ def test_census_csv_that_is_not_text(run_cli, tmp_path: Path) -> None:  # type: 
 
 
 # --------------------------------------------------------------------------- quant API
+@pytest.mark.parametrize("scheme", ["nvfp4", "mxfp4", "int8:row", "int4:g128:asym", "nf4:g64", "dsv3_weight"])
+def test_float64_values_beyond_float32_are_refused(scheme: str) -> None:
+    """Scales and dequantized values are float32: nvfp4 gave NaN, mxfp4 inf, int8 a saturated garbage."""
+    limit = float(np.finfo(np.float32).max)
+    x = np.ones((4, 128))
+    x[1, 3] = -2.0 * limit
+    with pytest.raises(ValueError, match="beyond float32's range"):
+        pl.quantize(x, scheme)
+    x[1, 3] = -limit  # the largest float32 itself is fine
+    assert np.isfinite(pl.quantize(x, "int4:g128:asym").dequantize()).all()
+
+
 def test_scalers_check_their_element_and_margin() -> None:
     from precisionlab.quant import CurrentScaler, DelayedScaler
 

@@ -175,7 +175,8 @@ def _finite_amax(view: np.ndarray, lay: Layout, tasks: list[Task], dtype: type[n
 
 def choose_qparams(first: np.ndarray, second: np.ndarray, scheme: Scheme, cod: Codec,
                    tensor_scale: float | None) -> qp.QParams:
-    """Dispatch to the rule in `qparams` for this scheme."""
+    """Dispatch to the rule in `qparams` for this scheme (after the float32 range check)."""
+    qp.check_float32_range(first, second)
     if scheme.is_mx:
         return qp.microscaling(first, scheme, cod)
     if tensor_scale is not None:

@@ -25,6 +25,8 @@ nonzero block whose scale would round to 0 gets the scale format's smallest posi
 value; a scale beyond the format's range saturates at its max finite; a block holding
 NaN or ±inf is an error (nonfinite=error) or gets a NaN scale and zero codes, so it
 dequantizes to NaN (nonfinite=nan, the MX and NVFP4 default, as the OCP spec sets X to NaN).
+A finite value beyond float32's range (float64 input) is an error: the stored scales and the
+dequantized values are float32, so no scheme can represent it (`check_float32_range`).
 """
 
 from __future__ import annotations
@@ -126,10 +128,24 @@ def _ceil_log2_ratio(amax: np.ndarray, max_value: float) -> np.ndarray:
     return e
 
 
+FLOAT32_MAX = float(get_format("fp32").max_finite)
+
+
+def check_float32_range(*stats: np.ndarray | float) -> None:
+    """ValueError when a finite statistic (amax, or a block's min / max) is beyond float32's range."""
+    for values in stats:
+        magnitude = np.abs(np.asarray(values, dtype=np.float64))
+        finite = magnitude[np.isfinite(magnitude)]
+        if finite.size and float(finite.max()) > FLOAT32_MAX:
+            raise ValueError(f"the input holds |x| = {float(finite.max()):.3g}, beyond float32's range "
+                             f"({FLOAT32_MAX:.4g}): quantized scales and dequantized values are float32")
+
+
 def nvfp4_tensor_scale(amax_tensor: float) -> float:
     """g = fp32(amax / (6 * 448)); 1 for an all-zero (or all non-finite) tensor."""
     if not math.isfinite(amax_tensor) or amax_tensor == 0:
         return 1.0
+    check_float32_range(amax_tensor)
     g = float(np.float32(amax_tensor / (6.0 * 448.0)))
     return g if g > 0 else float(np.float32(2.0**-149))
 
