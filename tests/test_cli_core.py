@@ -115,6 +115,15 @@ def test_run_writes_report(run_cli, tmp_path: Path) -> None:  # type: ignore[no-
     assert not list(report.glob(".*tmp*"))
 
 
+def test_a_command_name_selects_all_its_labs() -> None:
+    from precisionlab.labs import select_labs
+
+    assert [lab.name for lab in select_labs(["quant", "formats"])] == ["formats", "quant_demo", "quant_drill"]
+    assert [lab.name for lab in select_labs(["quant_drill"])] == ["quant_drill"]
+    with pytest.raises(ValueError, match=r"unknown lab\(s\) quan;"):
+        select_labs(["quan"])
+
+
 def test_lab_out_dir_writes_json_and_png(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("formats", "--out", str(tmp_path / "o"))
     assert result.exit_code == 0

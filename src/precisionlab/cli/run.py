@@ -8,27 +8,20 @@ from pathlib import Path
 import click
 
 from precisionlab.cli.common import NonEmptyPath, progress_bar
-from precisionlab.labs import all_labs
+from precisionlab.labs import all_labs, select_labs
 
 
 @click.command("run")
 @click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=Path("out"),
               show_default=True, help="Directory for results.json, index.html and the PNG plots.")
 @click.option("--quick", is_flag=True, help="Use each lab's small, fast settings.")
-@click.option("--only", default=None, help="Comma-separated lab names to run.")
+@click.option("--only", default=None,
+              help="Comma-separated lab names to run; a command's name runs all its labs (quant: demo and drill).")
 def COMMAND(out_dir: Path, quick: bool, only: str | None) -> None:
     """Run every lab at its default size and write one report."""
     from precisionlab.report.outputs import write_run
 
-    labs = all_labs()
-    if only is not None:
-        wanted = [name.strip() for name in only.split(",") if name.strip()]
-        if not wanted:
-            raise ValueError(f"--only needs at least one lab name; labs: {', '.join(lab.name for lab in labs)}")
-        unknown = sorted(set(wanted) - {lab.name for lab in labs})
-        if unknown:
-            raise ValueError(f"unknown lab(s) {', '.join(unknown)}; labs: {', '.join(lab.name for lab in labs)}")
-        labs = [lab for lab in labs if lab.name in wanted]
+    labs = all_labs() if only is None else select_labs([name.strip() for name in only.split(",") if name.strip()])
     results, timings = [], []
     with progress_bar(len(labs), "labs") as step:
         for lab in labs:

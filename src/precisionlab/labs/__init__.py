@@ -38,6 +38,23 @@ def all_labs() -> list[Lab]:
     return sorted(labs, key=lambda lab: (lab.order, lab.name))
 
 
+def select_labs(names: list[str]) -> list[Lab]:
+    """The labs named, in run order. A command's name selects every lab of that command
+    ('quant' selects quant_demo and quant_drill). ValueError for none or an unknown name."""
+    labs = all_labs()
+    listing = ", ".join(lab.name for lab in labs)
+    if not names:
+        raise ValueError(f"give at least one lab name; labs: {listing}")
+
+    def chosen_by(name: str) -> list[Lab]:
+        return [lab for lab in labs if lab.name == name or lab.name.startswith(f"{name}_")]
+
+    unknown = sorted({name for name in names if not chosen_by(name)})
+    if unknown:
+        raise ValueError(f"unknown lab(s) {', '.join(unknown)}; labs: {listing}")
+    return [lab for lab in labs if any(lab in chosen_by(name) for name in names)]
+
+
 def get_lab(name: str) -> Lab:
     labs = {lab.name: lab for lab in all_labs()}
     if name not in labs:
@@ -45,4 +62,4 @@ def get_lab(name: str) -> Lab:
     return labs[name]
 
 
-__all__ = ["Figure", "Lab", "LabResult", "Scalar", "Series", "Table", "all_labs", "get_lab"]
+__all__ = ["Figure", "Lab", "LabResult", "Scalar", "Series", "Table", "all_labs", "get_lab", "select_labs"]
