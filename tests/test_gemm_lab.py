@@ -117,7 +117,7 @@ def test_importing_the_gemm_code_imports_no_torch_or_triton() -> None:
     import sys
 
     code = ("import sys, precisionlab, precisionlab.gemm, precisionlab.gemm.kernels, precisionlab.labs.gemm, "
-            "precisionlab.labs.axpy, precisionlab.cli.gemm; "
+            "precisionlab.labs.gemm_gpu, precisionlab.labs.axpy, precisionlab.cli.gemm; "
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

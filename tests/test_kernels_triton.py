@@ -181,7 +181,7 @@ def test_gpu_lab_code_path_runs_under_the_interpreter(k: SimpleNamespace) -> Non
     """Every row of the GPU backend (and benchmarks/gpu_lab.py), at toy sizes on the CPU: catches launch
     and shape errors before a GPU is available (times are meaningless here)."""
     importlib.reload(importlib.import_module("precisionlab.gemm.kernels.bench"))
-    from precisionlab.labs.gemm import run_gpu
+    from precisionlab.labs.gemm_gpu import run_gpu
 
     result = run_gpu(128, device="cpu", fma_size=32, gemv_n=64, axpy_n=1024, acc_k=256, acc_outputs=16)
     table = result.section("gpu")

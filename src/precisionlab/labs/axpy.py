@@ -82,7 +82,7 @@ def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict
 def run_gpu(n: int, device: str = "cuda") -> LabResult:
     """Triton and torch axpy on the CUDA device, the faster of the two per precision
     (device='cpu' exists only for the smoke test under TRITON_INTERPRET=1)."""
-    from precisionlab.labs.gemm import load_gpu_bench
+    from precisionlab.labs.gemm_gpu import load_gpu_bench
 
     bench = load_gpu_bench(device)
     rows, copy_gbps = bench.axpy_rows(n, device)

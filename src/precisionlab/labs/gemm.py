@@ -1,20 +1,18 @@
 """The GEMM lab: storage × accumulator variants, fp8 accumulation, bit widths and the roofline.
 
 CPU backend: exact emulation (errors) plus timings of the real CPU matmul libraries
-(hardware) and the machine's copy bandwidth (the measured roofline). GPU backend: the
-Triton kernels and library paths of precisionlab.gemm.kernels (needs CUDA).
+(hardware) and the machine's copy bandwidth (the measured roofline). GPU backend
+(labs.gemm_gpu): the Triton kernels and library paths of precisionlab.gemm.kernels (needs CUDA).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from types import ModuleType
-from typing import Any
 
 from precisionlab.gemm import ceilings as ceiling_options
 from precisionlab.gemm.roofline import Ceilings, roof_curve
-from precisionlab.gemm.study import VariantResult, k_sweep, predicted_from_ulp, run_variants, status_label
+from precisionlab.gemm.study import VariantResult, k_sweep, predicted_from_ulp, run_variants
 from precisionlab.gemm.timing import Timing, copy_bandwidth, matmul_timings
 from precisionlab.gemm.traffic import check_sizes
 from precisionlab.gemm.variants import (
@@ -53,6 +51,8 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
     datasheet = check_options(size, gemv_size, tile, acc_bits, acc_rounding, k_max, sweep_outputs, ceiling_size,
                               time_budget, backend, accelerator, peak_tflops, bandwidth, gpu_size, seed)
     if backend == "gpu":
+        from precisionlab.labs.gemm_gpu import run_gpu
+
         return run_gpu(gpu_size, seed, datasheet=datasheet)
     note = stage or (lambda _: None)
     variants = standard_variants(acc_bits, acc_rounding)
@@ -348,96 +348,6 @@ def roofline_figure(hardware: list[Timing], measured: Ceilings, datasheet: Ceili
         xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s", xscale="log", yscale="log", series=series,
         vlines=[(tile / 4, f"tiled fp32 T/4 (T={tile})"), (tile / 2, f"tiled 16-bit T/2 (T={tile})")],
     )
-
-
-def gpu_status(row: Any) -> str | None:
-    """PASS / FAIL / FAILED (expected) for a checked GPU row, ERROR for one that raised, None if unchecked."""
-    if row.error:
-        return "ERROR"
-    return None if row.passed is None else status_label(row.passed, row.expected_to_fail)
-
-
-def _ratio(values: dict[str, float], num: str, den: str) -> float:
-    """values[num] / values[den]; NaN when either is missing (a failed row) or the denominator is 0."""
-    top, bottom = values.get(num, math.nan), values.get(den, math.nan)
-    return top / bottom if bottom else math.nan
-
-
-def load_gpu_bench(device: str = "cuda") -> ModuleType:
-    """precisionlab.gemm.kernels.bench, or a one-line error when torch/triton/CUDA are missing."""
-    try:
-        from precisionlab.gemm.kernels import bench
-    except ImportError as exc:
-        raise ValueError(f"the GPU backend needs torch and triton ({exc})") from None
-    if device == "cuda":
-        bench.require_cuda()
-    return bench
-
-
-GPU_TILE = 128
-"""Tile edge drawn on the GPU roofline (T/4 and T/2 lines): the Triton kernels' smallest tile."""
-
-
-def run_gpu(size: int, seed: int = 0, device: str = "cuda", datasheet: Ceilings | None = None,
-            **sizes: int) -> LabResult:
-    """GPU backend: every Triton kernel and library path, timed and checked on the CUDA device,
-    and a roofline of the device's measured ceilings (plus the datasheet one, if given).
-
-    sizes: optional fma_size, gemv_n, axpy_n, acc_k, acc_outputs for bench.run_all; device='cpu'
-    exists only for the smoke test under TRITON_INTERPRET=1."""
-    bench = load_gpu_bench(device)
-    options = {"fma_size": min(size, 4096), **sizes}
-    report = bench.run_all(size=size, seed=seed, device=device, **options)
-    findings: dict[str, Scalar] = {"machine.copy_gbps": report.copy_gbps}
-    rows: list[list[Scalar]] = []
-    for r in report.rows:
-        fraction = report.fraction_of_ceiling(r)
-        status = gpu_status(r)
-        rows.append([r.name, r.kind, r.precision, r.shape, r.ms, r.tflops, r.gbps, r.max_rel_err, r.tolerance,
-                     status, fraction, r.error or r.note])
-        findings[f"gpu.{r.name}.tflops"] = r.tflops
-        findings[f"gpu.{r.name}.gbps"] = r.gbps
-        findings[f"gpu.{r.name}.fraction_of_ceiling"] = fraction
-        if r.passed is not None and r.flops > 0:
-            findings[f"gemm.{r.name}.max_rel_err"] = r.max_rel_err
-            findings[f"gemm.{r.name}.passed"] = r.passed
-    err = {r.name: math.nan if r.max_rel_err is None else r.max_rel_err for r in report.rows}
-    findings["gemm.bf16_over_fp16_error_ratio"] = _ratio(err, "triton_dot_bf16", "triton_dot_fp16")
-    findings["gemm.fp16_acc_error_ratio"] = _ratio(err, "triton_dot_fp16_acc16", "triton_dot_fp16")
-    findings["gemm.fp8_promotion_error_gain"] = _ratio(dict(report.accumulation), bench.NO_PROMOTION, bench.PROMOTED)
-    findings["gpu.failed_rows"] = sum(1 for r in report.rows if r.error)
-    table = Table(
-        key="gpu", title=f"GPU kernels on {report.device} (hardware)",
-        columns=["kernel", "kind", "math", "shape", "ms", "TFLOP/s", "GB/s", "max rel err", "tolerance", "status",
-                 "fraction of ceiling", "note"],
-        rows=rows,
-        note=("triton.testing.do_bench medians after warm-up; each row checked once before timing. fraction of "
-              "ceiling: achieved / min(best torch.matmul rate of the same precision, intensity × measured copy "
-              "bandwidth); axpy rows: GB/s / copy GB/s. ERROR: the row raised (its message is in the note) and "
-              "the run went on."),
-        formats={"ms": ".4g", "TFLOP/s": ".4g", "GB/s": ".4g", "max rel err": ".3e", "tolerance": ".2e",
-                 "fraction of ceiling": ".2f"},
-    )
-    accumulation = Table(
-        key="fp8_accumulation", title="FP8 accumulation on the GPU against the emulated narrow accumulator",
-        columns=["path", "max rel err"], rows=[[label, value] for label, value in report.accumulation],
-        note=("e4m3 per-tensor scales, 64×64 outputs, K = 4096 (the defaults); the emulation uses the same "
-              "inputs. NaN: that device path raised."),
-        formats={"max rel err": ".3e"},
-    )
-    timings = [Timing(r.name, r.kind, r.precision, r.ms / 1e3, r.flops, r.bytes, r.shape) for r in report.rows
-               if r.flops > 0 and math.isfinite(r.ms) and r.ms > 0]
-    figures: list[Figure] = []
-    if timings and math.isfinite(report.copy_gbps) and report.copy_gbps > 0:
-        peaks = {p: rate * 1e3 for p in sorted({t.precision for t in timings})
-                 if (rate := report.best_tflops(p)) is not None}
-        measured = Ceilings(f"{report.device} (measured)", report.copy_gbps, peaks)
-        for t in timings:
-            if t.precision in peaks:
-                findings[f"roofline.gpu.{t.name}.bound"] = measured.bound(t.precision, t.intensity)
-        figures.append(roofline_figure(timings, measured, datasheet, {"tile": GPU_TILE}))
-    return LabResult(name="gemm", title=f"Mixed-precision GEMM on {report.device}", sections=[table, accumulation],
-                     figures=figures, findings=findings, params={"backend": "gpu", "size": size, "seed": seed})
 
 
 LAB = Lab(name="gemm", title="Mixed-precision GEMM", run=run, order=30,
