@@ -62,6 +62,19 @@ def test_float32_input_matches_exact_rounding(name: str) -> None:
         assert same_bits(ours, reference(x.astype(np.float64), name, mode)).all(), mode
 
 
+@pytest.mark.parametrize("name", ["e5m10b1020", "e10m52b1020", "e3m2b1020", "e4m3b-5"])
+def test_custom_biases_far_from_the_default_round_exactly(name: str) -> None:
+    # With a bias near 1023 the subnormal quantum is so small that its reciprocal overflows float64.
+    x = mixed_sample(name, seed=11)
+    for mode in MODES:
+        ours = pl.round_to(x, name, rounding=mode)
+        assert same_bits(ours, reference(x, name, mode)).all(), mode
+    codes = np.arange(min(pl.get_format(name).code_count, 1024), dtype=np.uint64)  # zero and the subnormals
+    values = pl.decode(codes, name)
+    keep = ~np.isnan(values)
+    np.testing.assert_array_equal(pl.encode(values[keep], name), codes[keep])
+
+
 def test_seed_examples_of_single_rounding() -> None:
     assert pl.round_to(1 + 2.0**-8 + 2.0**-40, "bf16") == 1.0078125
     assert pl.round_to(1 + 2.0**-4 + 2.0**-40, "e4m3") == 1.125

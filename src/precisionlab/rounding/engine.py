@@ -16,10 +16,11 @@ the input is float64 or the format's range does not sit inside float32's):
                      exactly and E[round(x)] = x.
 
 * Target-subnormal range (|x| < 2^emin): the grid is uniform with quantum
-  q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling, v is rounded to an
-  integer (rint, floor, floor + [frac >= 1/2], or floor + [u < frac] for stochastic with
-  u a float64 uniform on [0, 1), i.e. a 2^-53 resolution of the probability), and
-  the result is v * q.
+  q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling (by ldexp: 1/q overflows
+  float64 when the bias is near 1023, as in e5m10b1020), v is rounded to an integer
+  (rint, floor, floor + [frac >= 1/2], or floor + [u < frac] for stochastic with u a
+  float64 uniform on [0, 1), i.e. a 2^-53 resolution of the probability), and the
+  result is v * q.
 
 Then specials: NaN stays NaN where the format has one (sign kept, as ml_dtypes);
 magnitudes above max_finite and ±inf follow the overflow policy; toward_zero never
@@ -177,9 +178,9 @@ def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator |
     if fmt.subnormals and fmt.emin > dom.emin:
         sub = absx < math.ldexp(1.0, fmt.emin)
         if sub.any():
-            scaled = absx[sub] * dom.float_dtype(math.ldexp(1.0, fmt.man_bits - fmt.emin))
+            scaled = np.ldexp(absx[sub], fmt.man_bits - fmt.emin)
             rounded = round_nonnegative_to_integer(scaled, rounding, rng)
-            out[sub] = rounded * dom.float_dtype(math.ldexp(1.0, fmt.emin - fmt.man_bits))
+            out[sub] = np.ldexp(rounded, fmt.emin - fmt.man_bits)
 
     _apply_specials(out, mag, sign, absx, plan)
     out.view(udt)[...] |= sign
