@@ -136,3 +136,21 @@ def test_integer_formats() -> None:
     assert (int4.min_value, int4.max_value) == (-8, 7)
     assert (uint4.min_value, uint4.max_value) == (0, 15)
     assert pl.get_format("int2").symmetric_max == 1
+
+
+def test_nf4_encode_is_nearest_at_its_midpoints() -> None:
+    """Inputs at and beside each exact midpoint, float32 and float64, go to the nearer value (ties down)."""
+    from fractions import Fraction
+
+    from precisionlab.formats import NF4
+
+    table = [Fraction(float(v)) for v in NF4.table]
+    for lower in range(len(table) - 1):
+        middle = (table[lower] + table[lower + 1]) / 2
+        around = [float(middle), np.nextafter(float(middle), -1.0), np.nextafter(float(middle), 1.0)]
+        around += [float(np.float32(float(middle)))]  # the midpoint rounded to float32: a float32 input
+        for x in around:
+            ideal = lower if abs(Fraction(x) - table[lower]) <= abs(Fraction(x) - table[lower + 1]) else lower + 1
+            for dtype in (np.float32, np.float64):
+                if float(dtype(x)) == x:
+                    assert NF4.encode(np.array([x], dtype=dtype))[0] == ideal, (x, dtype)

@@ -78,13 +78,16 @@ class CodebookFormat(NoSpecialValues):
 
     @cached_property
     def midpoints(self) -> np.ndarray:
-        """Decision boundaries between neighbouring values (float32)."""
+        """Decision boundaries between neighbouring values, exact in float64 (the half-sum of two
+        float32 values needs up to 25 significant bits: rounded to float32 it misplaces inputs
+        between it and the true midpoint, float32 inputs included)."""
         t = self.table.astype(np.float64)
-        return ((t[1:] + t[:-1]) / 2).astype(np.float32)
+        return (t[1:] + t[:-1]) / 2
 
     def encode(self, v: np.ndarray) -> np.ndarray:
-        """Code of the nearest value to each element of v; a tie goes to the smaller value."""
-        return np.searchsorted(self.midpoints, v, side="left").astype(np.uint8)
+        """Code of the nearest value to each element of v (float32 or float64, compared exactly in
+        float64); a tie goes to the smaller value."""
+        return np.searchsorted(self.midpoints, np.asarray(v, dtype=np.float64), side="left").astype(np.uint8)
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         return self.table[codes]
