@@ -254,6 +254,15 @@ def test_neighbours() -> None:
     assert pl.neighbours(70000.0, "fp16") == (65504.0, math.inf)
 
 
+def test_neighbours_of_infinity() -> None:
+    assert pl.neighbours(math.inf, "fp16") == (math.inf, math.inf)  # inf is an fp16 member
+    assert pl.neighbours(-math.inf, "bf16") == (-math.inf, -math.inf)
+    below, above = pl.neighbours(math.inf, "e4m3")  # no inf: nothing is >= inf
+    assert below == 448.0 and math.isnan(above)
+    below, above = pl.neighbours(-math.inf, "e2m1")
+    assert math.isnan(below) and above == -6.0
+
+
 def _nan_or(values: list[float], pick) -> float:  # type: ignore[no-untyped-def]
     return pick(values) if values else math.nan
 

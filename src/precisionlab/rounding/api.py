@@ -178,10 +178,11 @@ def ulp(x: Any, fmt: str | Format) -> Any:
 
 
 def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
-    """(largest member <= x, smallest member >= x) of fmt; both x when x is a member.
-    Beyond the largest finite value the outer neighbour is ±inf where the format has
-    inf and NaN where it has none; below an unsigned format's smallest value (negatives,
-    and below 2^-127 in ue8m0, which has no zero) the lower one is NaN."""
+    """(largest member <= x, smallest member >= x) of fmt; both x when x is a member
+    (±inf included, where the format has inf). Beyond the largest finite value the outer
+    neighbour is ±inf where the format has inf and NaN where it has none; below an unsigned
+    format's smallest value (negatives, and below 2^-127 in ue8m0, which has no zero) the
+    lower one is NaN."""
     target = get_format(fmt)
     value = _python_float(x)
     if math.isnan(value):
@@ -192,6 +193,8 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
         if value < target.min_value:
             return math.nan, float(target.min_value)
         return float(math.floor(value)), float(math.ceil(value))
+    if math.isinf(value) and target.has_inf:
+        return value, value
     smallest = 0.0 if target.has_zero else target.min_subnormal
     if not target.signed and value < smallest:
         return math.nan, smallest  # nothing of an unsigned format lies at or below x
