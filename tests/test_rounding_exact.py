@@ -130,6 +130,15 @@ def test_fnuz_has_no_negative_zero() -> None:
     assert np.signbit(pl.round_to(np.array([-1e-9]), "e4m3"))[0]
 
 
+def test_unsigned_formats_without_nan_saturate_below_their_smallest_value() -> None:
+    # ue8m0 gives NaN for 0 and negatives; a format with no NaN code cannot, so it saturates there
+    x = np.array([-3.0, -1e-9, -0.0, 0.0, 0.3, 7.0, -np.inf])
+    assert list(pl.round_to(x, "ue2m1finite")) == [0.0, 0.0, 0.0, 0.0, 0.5, 6.0, 0.0]
+    assert list(pl.round_to(x.astype(np.float32), "ue3m0finite")) == [0.125] * 4 + [0.25, 8.0, 0.125]
+    assert list(pl.encode(x, "ue2m1finite")) == [0, 0, 0, 0, 1, 7, 0]
+    assert np.isnan(pl.round_to(x, "ue8m0")[:4]).all()
+
+
 def test_stochastic_rounding_is_unbiased_and_lands_on_neighbours() -> None:
     for name, x in [("e4m3", 0.3), ("bf16", 1.0 + 2.0**-9 + 2.0**-11), ("e2m1", 0.2), ("fp16", 1e-6)]:
         below, above = pl.neighbours(x, name)

@@ -26,7 +26,9 @@ Then specials: NaN stays NaN where the format has one (sign kept, as ml_dtypes);
 magnitudes above max_finite and ±inf follow the overflow policy; toward_zero never
 turns a finite value into inf (IEEE 754) and so clamps to ±max_finite; FNUZ formats
 have no -0; unsigned formats give NaN for negatives, and a format without a zero code
-(ue8m0) gives NaN for 0 and its smallest value for anything smaller.
+(ue8m0) gives NaN for 0 and its smallest value for anything smaller. An unsigned format
+without NaN (ue2m1finite) has nothing to give NaN with, so it saturates there too:
+negatives (and 0, when it has no zero code) become its smallest value.
 """
 
 from __future__ import annotations
@@ -199,14 +201,15 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
         if plan.rounding is Rounding.TOWARD_ZERO:
             np.copyto(out, max_finite, where=over & (mag < udt(dom.inf_bits)))
 
-    if not fmt.subnormals:
+    smallest = dom.float_dtype(fmt.min_subnormal if not fmt.has_zero else 0.0)
+    no_code = dom.float_dtype(np.nan) if fmt.has_nan else smallest  # without NaN: saturate
+    if not fmt.has_zero:
         # No zero code: anything smaller than the smallest value becomes it; 0 has no code.
-        smallest = dom.float_dtype(fmt.min_subnormal)
         np.copyto(out, smallest, where=(out < smallest) & (absx > 0))
-        np.copyto(out, dom.float_dtype(np.nan), where=absx == 0)
+        np.copyto(out, no_code, where=absx == 0)
     if not fmt.signed:
         negative = (sign != 0) & (absx != 0)
-        np.copyto(out, dom.float_dtype(np.nan), where=negative)
+        np.copyto(out, no_code, where=negative)
         sign[...] = 0
     elif not fmt.has_negative_zero:
         sign[out == 0] = 0
