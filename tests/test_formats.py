@@ -117,6 +117,13 @@ def test_custom_formats() -> None:
     assert keyword.max_finite == 240.0 and keyword.encoding is Encoding.FNUZ
 
 
+def test_numpy_integer_fields_work_like_python_ints() -> None:
+    fmt = pl.get_format("e4m3", bias=np.int64(8), encoding="fnuz")
+    assert type(fmt.bias) is int and fmt.max_finite == 240.0
+    assert pl.round_to(100.0, fmt) == 96.0
+    assert pl.round_to(0.3, FloatFormat("x", np.int32(5), np.uint8(2), np.int64(15))) == 0.3125
+
+
 @pytest.mark.parametrize("spec", ["e0m3", "e1m0", "e12m60", "e11m53", "e4m3b-2000"])
 def test_impossible_custom_formats(spec: str) -> None:
     with pytest.raises(ValueError, match="impossible float format"):

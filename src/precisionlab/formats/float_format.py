@@ -63,6 +63,8 @@ class FloatFormat:
         problems = _problems(self)
         if problems:
             raise ValueError(f"impossible float format {self.name!r}: {problems}")
+        for field_name in ("exp_bits", "man_bits", "bias"):  # numpy integers become Python ints
+            object.__setattr__(self, field_name, int(getattr(self, field_name)))
 
     # --- layout -----------------------------------------------------------------
     @property
