@@ -270,6 +270,8 @@ def test_neighbours_of_infinity() -> None:
     assert below == 448.0 and math.isnan(above)
     below, above = pl.neighbours(-math.inf, "e2m1")
     assert math.isnan(below) and above == -6.0
+    below, above = pl.neighbours(-math.inf, "ue4m3")  # unsigned: no -inf
+    assert math.isnan(below) and above == 0.0
 
 
 def _nan_or(values: list[float], pick) -> float:  # type: ignore[no-untyped-def]

@@ -193,11 +193,11 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
         if value < target.min_value:
             return math.nan, float(target.min_value)
         return float(math.floor(value)), float(math.ceil(value))
-    if math.isinf(value) and target.has_inf:
-        return value, value
     smallest = 0.0 if target.has_zero else target.min_subnormal
     if not target.signed and value < smallest:
         return math.nan, smallest  # nothing of an unsigned format lies at or below x
+    if math.isinf(value) and target.has_inf:
+        return value, value
     if value == 0:
         zero = float(round_to(value, target, nan="zero"))
         return zero, zero
