@@ -335,3 +335,37 @@ def test_float32_table_path_agrees_with_float64_path_on_random_bit_patterns(name
             wide = x.astype(np.float64)
         via_bits = pl.round_to(wide, name, rounding=mode)
         assert same_bits(via_table, via_bits).all(), mode
+
+
+# --------------------------------------------------------------------------- wide Python ints
+def _ref_int(n: int, name: str, mode: str) -> float:
+    fmt = pl.get_format(name)
+    assert isinstance(fmt, FloatFormat)
+    return ref_round(n, fmt.exp_bits, fmt.man_bits, fmt.bias, fmt.max_finite_exact, mode,
+                     fmt.default_overflow.value, fmt.subnormals)
+
+
+def test_a_wide_int_is_rounded_once() -> None:
+    """float(2^60 + 2^52 + 1) is 2^60 + 2^52, an exact bf16 tie that goes down to 2^60; the int itself
+    lies just above the tie, so its single rounding is 2^60 + 2^53."""
+    n = 2**60 + 2**52 + 1
+    assert pl.round_to(n, "bf16") == 2**60 + 2**53 == _ref_int(n, "bf16", "nearest_even")
+    assert pl.round_to(float(n), "bf16") == 2**60
+    assert pl.neighbours(n, "bf16") == (2.0**60, 2.0**60 + 2**53)
+    assert pl.round_to(n, "fp64") == float(n)  # Python's int -> float conversion is the single rounding
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(min_value=2**53, max_value=2**300).flatmap(lambda m: st.sampled_from([m, -m])),
+       name=st.sampled_from(["bf16", "fp16", "fp32", "tf32", "e4m3", "e5m2", "e8m30", "e11m40"]),
+       mode=st.sampled_from(MODES))
+def test_wide_ints_round_once_like_exact_arithmetic(n: int, name: str, mode: str) -> None:
+    assert same_bits(np.array([pl.round_to(n, name, rounding=mode)]), np.array([_ref_int(n, name, mode)])).all()
+
+
+@pytest.mark.parametrize(("name", "mode"),
+                         [("fp64", "toward_zero"), ("e11m51", "nearest_even"), ("bf16", "stochastic")])
+def test_a_wide_int_that_cannot_be_rounded_once_is_refused(name: str, mode: str) -> None:
+    with pytest.raises(ValueError, match="more significant bits than float64"):
+        pl.round_to(2**60 + 1, name, rounding=mode, rng=0)
+    assert pl.round_to(2**60, name, rounding=mode, rng=0) == 2.0**60  # exact in float64: no problem

@@ -17,7 +17,7 @@ import numpy as np
 from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_float_format, get_format
 from precisionlab.rounding import codes as _codes
 from precisionlab.rounding import engine
-from precisionlab.rounding.arrays import is_torch_tensor, unpack
+from precisionlab.rounding.arrays import FLOAT64_PRECISION, ODD_SAFE_PRECISION, Unpacked, is_torch_tensor, unpack
 from precisionlab.rounding.modes import NanPolicy, Rounding, parse_nan, parse_overflow, parse_rounding
 
 RngLike = np.random.Generator | int | None
@@ -90,9 +90,26 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
             container = get_float_format(_TORCH_NAMES[str(x.dtype)])
             out_dtype = x.dtype if _output_container(target, container) is container else _torch_float32()
             return torch_path.round_tensor(x, target, policy, out_dtype)
-    src = unpack(x)
+    src = _wide_int(unpack(x), x, target, mode)
     values, _ = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
     return src.rebuild(values, _output_container(target, src.container))
+
+
+def _wide_int(src: Unpacked, x: Any, target: Format, mode: Rounding, action: str = "") -> Unpacked:
+    """The input to round, given that a Python int wider than 53 bits arrives rounded to odd
+    (arrays.int_to_float64_odd). That is exact for deterministic rounding to targets of at most 51
+    significant bits; for 53 (fp64) and nearest-even, Python's own float(x) is the single rounding;
+    anything else is a ValueError rather than a silent second rounding."""
+    if not src.rounded_to_odd or not isinstance(target, FloatFormat):
+        return src
+    precision = target.man_bits + 1
+    if mode is not Rounding.STOCHASTIC and precision <= ODD_SAFE_PRECISION:
+        return src
+    if mode is Rounding.NEAREST_EVEN and precision == FLOAT64_PRECISION:
+        return unpack(float(x))
+    action = action or f"rounding it exactly to {target.name} with {mode.value}"
+    raise ValueError(f"the integer {x} has more significant bits than float64 holds; {action} is not supported "
+                     "(round it to float64 first: float(x))")
 
 
 def encode(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
@@ -101,7 +118,7 @@ def encode(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
     uint32 up to 32 (tf32: its 19-bit code in the low bits), uint64 above."""
     target = get_format(fmt)
     mode = parse_rounding(rounding)
-    src = unpack(x)
+    src = _wide_int(unpack(x), x, target, mode)
     values, dom = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
     if isinstance(target, IntFormat):
         flat_codes = _codes.encode_int_values(values, target)
@@ -184,7 +201,7 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
     format's smallest value (negatives, and below 2^-127 in ue8m0, which has no zero) the
     lower one is NaN."""
     target = get_format(fmt)
-    value = _python_float(x)
+    value = _python_float(x, target)
     if math.isnan(value):
         return math.nan, math.nan
     if isinstance(target, IntFormat):  # no inf: past either end the outer neighbour is NaN
@@ -211,12 +228,13 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
     return inner, outer
 
 
-def _python_float(x: Any) -> float:
-    """x as a Python float; ValueError (not OverflowError) for an integer beyond float64."""
-    try:
-        return float(x)
-    except OverflowError:
-        raise ValueError(f"an integer of {int(x).bit_length()} bits is too large for float64") from None
+def _python_float(x: Any, target: Format) -> float:
+    """x as a Python float; a Python int wider than 53 bits comes rounded to odd (see _wide_int),
+    one beyond float64's range is a ValueError."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        action = f"finding its neighbours in {target.name}"
+        return float(_wide_int(unpack(x), x, target, Rounding.TOWARD_ZERO, action).flat[0])
+    return float(x)
 
 
 def _next_up(magnitude: float, fmt: FloatFormat) -> float:

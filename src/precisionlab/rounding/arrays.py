@@ -7,6 +7,7 @@ does not import torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,31 @@ class Unpacked:
     shape: tuple[int, ...]
     container: FloatFormat  # the input's own format (fp16/bf16/fp32/fp64)
     rebuild: Callable[[np.ndarray, FloatFormat], Any]
+    rounded_to_odd: bool = False
+    """True for a Python int wider than float64's 53 bits: flat holds it rounded to odd."""
+
+
+FLOAT64_PRECISION = 53
+ODD_SAFE_PRECISION = FLOAT64_PRECISION - 2
+"""Widest target (significand bits) that a value rounded to odd at 53 bits still rounds exactly."""
+
+
+def int_to_float64_odd(n: int) -> tuple[float, bool]:
+    """(n rounded to float64 by round-to-odd, whether it was inexact).
+
+    Round-to-odd keeps the 53 leading bits and, when any bit below them is set, forces the
+    last kept bit to 1. The result never equals a member or a midpoint of a format of at most
+    51 significant bits, and lies on the same side of each as n, so rounding it once more to
+    such a format in any deterministic mode gives the single rounding of n (Boldo and
+    Melquiond, 2008). OverflowError beyond float64's range.
+    """
+    shift = abs(n).bit_length() - FLOAT64_PRECISION
+    if shift <= 0:
+        return float(n), False
+    top = abs(n) >> shift
+    inexact = top << shift != abs(n)
+    magnitude = math.ldexp(float(top | 1 if inexact else top), shift)
+    return (-magnitude if n < 0 else magnitude), inexact
 
 
 def unpack(x: object, what: str = "input") -> Unpacked:
@@ -50,10 +76,11 @@ def unpack(x: object, what: str = "input") -> Unpacked:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise TypeError(f"{what} must be a float array, tensor or number, got {type(x).__name__}")
     try:
-        arr = np.array([float(x)], dtype=np.float64)
+        value, odd = int_to_float64_odd(x) if isinstance(x, int) else (float(x), False)
     except OverflowError:
         raise ValueError(f"{what} is an integer of {int(x).bit_length()} bits, too large for float64") from None
-    return Unpacked(arr, (), get_float_format("fp64"), lambda out, fmt: float(out.reshape(-1)[0]))
+    arr = np.array([value], dtype=np.float64)
+    return Unpacked(arr, (), get_float_format("fp64"), lambda out, fmt: float(out.reshape(-1)[0]), odd)
 
 
 def _check_dtype(dtype: np.dtype, what: str) -> None:
