@@ -274,6 +274,14 @@ def test_neighbours_of_infinity() -> None:
     assert math.isnan(below) and above == 0.0
 
 
+@pytest.mark.parametrize(("name", "negative_zero"), [("e4m3fnuz", False), ("e5m2fnuz", False), ("e4m3", True)])
+def test_the_zero_neighbour_of_a_tiny_negative_has_the_formats_sign(name: str, negative_zero: bool) -> None:
+    """FNUZ has one, unsigned zero: the upper neighbour of -1e-9 is +0 there, -0 in OCP e4m3."""
+    below, above = pl.neighbours(-1e-9, name)
+    assert below == -pl.get_format(name).min_subnormal and above == 0.0
+    assert math.copysign(1.0, above) == (-1.0 if negative_zero else 1.0)
+
+
 def _nan_or(values: list[float], pick) -> float:  # type: ignore[no-untyped-def]
     return pick(values) if values else math.nan
 

@@ -223,8 +223,8 @@ def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:
     if math.isnan(inner):  # unsigned format, no zero: below its smallest value
         inner = 0.0
     outer = inner if inner == magnitude else _next_up(inner, target)
-    if value < 0:
-        return -outer, -inner
+    if value < 0:  # -inner is -0.0 when x lies between zero and the first negative member
+        return -outer, -inner if inner or target.has_negative_zero else 0.0
     return inner, outer
 
 
