@@ -199,3 +199,15 @@ def test_custom_compute_bound_int8_rate_in_tops() -> None:
                                      range_decades=1.0, rel_error=0.1, bound="compute"))
     # A100 datasheet (dense): int8 624 TOPS, bf16 312 TFLOPS
     assert "int8 at 624 TOP/s against 312 TFLOP/s for bf16" in advice.throughput
+
+
+@pytest.mark.parametrize(("gpu", "want"), [("h100-80gb", "e4m3"), ("rtx-4090", "e4m3"), ("a100-80gb", "e4m3"),
+                                           ("mi300", "e4m3fnuz")])
+def test_accelerator_aliases_work_for_the_fp8_target(gpu: str, want: str) -> None:
+    # hardware._ALIASES accepts "h100-80gb" and "rtx-4090"; the fp8 target must come from the resolved
+    # device, not from a re-lookup of the findings key ("h100_80gb" is no alias): it raised before
+    from precisionlab.labs import advise as advise_lab
+
+    result = advise_lab.run(scenario="fp8_portability", gpu=gpu)
+    assert result.findings["advise.fp8_portability.target_e4m3"] == want
+    assert f"{want} on" in result.sections[0].rows[0][1]

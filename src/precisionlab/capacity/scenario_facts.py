@@ -19,7 +19,6 @@ from precisionlab.capacity.format_choice import (
     ROLE_NOTES,
     candidates,
     decades_at,
-    fp8_formats_for,
     template_fields,
     unit_roundoff,
 )
@@ -202,7 +201,7 @@ def fp8_portability_facts(inp: Inputs) -> dict[str, Any]:
     ocp_meaning = "-0" if ocp[nan_code] == 0 and math.copysign(1, ocp[nan_code]) < 0 else f"{ocp[nan_code]:g}"
     model = inp.model or get_model("deepseek_v3")
     bf16_bytes, fp8_bytes = weight_bytes(model, "bf16"), weight_bytes(model, "fp8")
-    target = fp8_formats_for(inp.gpu_key)[0]
+    target = inp.accelerator.fp8_formats[0]  # the resolved device's own: any alias or override works
     return {
         "format": "bf16 + format tag, quantize at load",
         "code_ratio": float(ratios[0]) if len(ratios) == 1 else math.nan, "distinct_ratios": len(ratios),

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from precisionlab.capacity.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
-from precisionlab.capacity.format_choice import float_format, fp8_formats_for
+from precisionlab.capacity.format_choice import float_format
 from precisionlab.capacity.memory import DEFAULT_RESERVE
 from precisionlab.capacity.models import finding_key
 from precisionlab.formats import get_format
@@ -86,7 +86,7 @@ def run(scenario: str = "all", model: str | None = None, config: str | Path | No
         for fact in FINDING_FACTS.get(item.scenario, ()):
             value = item.facts[fact]
             findings[f"advise.{item.scenario}.{fact}"] = float(value) if isinstance(value, float) else value
-    findings["advise.fp8_portability.target_e4m3"] = fp8_formats_for(key)[0]
+    findings["advise.fp8_portability.target_e4m3"] = inputs.accelerator.fp8_formats[0]
     sections = [advice_table(items), fp8_trap_table(),
                 format_table([get_format(f) for f in CITED_FORMATS])]
     return LabResult(
