@@ -103,9 +103,11 @@ PRESETS: dict[str, Accelerator] = {
                         {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312, "int8": 624},
                         "NVIDIA A100 datasheet; Ampere architecture whitepaper"),
     # NVIDIA GeForce RTX 4090 (Ada whitepaper, dense, fp32 accumulate): 24 GB GDDR6X at 1008 GB/s;
-    # 165.2 fp16/bf16, 82.6 tf32, 82.6 fp32 (shader), 660.6 fp8 and int8.
+    # 165.2 fp16/bf16, 82.6 tf32, 82.6 fp32 (shader), 330.3 fp8, 660.6 int8 TOPS (int32 accumulate).
+    # GeForce tensor cores run fp32 accumulation at half rate: the whitepaper's 330.3 fp16 and 660.6 fp8
+    # figures are with fp16 accumulation, which no training or inference recipe here uses.
     "rtx4090": Accelerator("RTX 4090 24GB", 24, 1008,
-                           {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 660.6,
+                           {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3,
                             "int8": 660.6}, "NVIDIA Ada Lovelace architecture whitepaper (RTX 4090)"),
 }
 
