@@ -169,3 +169,26 @@ def test_hybrid_sliding_window_is_not_applied_to_every_layer(hybrid: dict[str, A
     model = model_from_config(data, "hybrid")
     assert model.sliding_window is None
     assert kv_bytes_per_token(model, "fp16") == 131072
+
+
+# google/gemma-2-9b config.json (the shape fields; like every Gemma config it has no tie_word_embeddings: the
+# Gemma config classes default it to true, and the checkpoint has no separate lm_head)
+GEMMA2_9B_CONFIG: dict[str, Any] = {
+    "model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+    "max_position_embeddings": 8192, "sliding_window": 4096, "cache_implementation": "hybrid",
+}
+
+
+def test_gemma_ties_embeddings_when_the_field_is_absent() -> None:
+    model = model_from_config(GEMMA2_9B_CONFIG, "gemma-2-9b")
+    p = model.params()
+    assert model.tie_embeddings and p.lm_head == 0
+    # by hand: per layer attention 2·3584·16·256 + 2·3584·8·256 = 44,040,192, MLP 3·3584·14336 = 154,140,672,
+    # norms 2·3584; × 42 layers, + embedding 256000·3584 = 917,504,000, + final norm 3584
+    assert p.total == 42 * (44_040_192 + 154_140_672 + 2 * 3584) + 917_504_000 + 3584 == 9_241_404_928
+    # the published 9.24B (9,241,705,984: Gemma-2 has two more norms per layer, 42 · 2 · 3584 = 301,056)
+    assert p.total + 42 * 2 * 3584 == 9_241_705_984
+    # an explicit field still wins, and Llama-family types keep their untied default
+    assert not model_from_config({**GEMMA2_9B_CONFIG, "tie_word_embeddings": False}, "g").tie_embeddings
+    assert not model_from_config({**GEMMA2_9B_CONFIG, "model_type": "llama"}, "l").tie_embeddings

@@ -6,7 +6,9 @@ Conventions the Transformers library uses when a field is absent:
   num_key_value_heads -> num_attention_heads (plain multi-head attention)
   head_dim            -> hidden_size / num_attention_heads (which must then divide exactly);
                          v_head_dim for MLA models, whose heads need not divide the hidden size
-  tie_word_embeddings -> false (the Llama-family default)
+  tie_word_embeddings -> false (the Llama-family default), except for the model types in
+                         TIED_BY_DEFAULT (Gemma 1-3), whose config classes default to true and
+                         whose published config.json files omit the field
   sliding_window      -> caps every layer's cache, unless use_sliding_window is false or only some
                          layers slide (Gemma-2/3 hybrids): then the full cache is counted
 A missing required field, a value of the wrong type, a zero head count or a head size
@@ -20,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab.capacity.models import ModelShape, finding_key
+
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+"""model_type values whose Transformers config class defaults tie_word_embeddings to true."""
 
 REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
             "max_position_embeddings")
@@ -121,7 +126,7 @@ def model_from_config(data: dict[str, Any], name: str, where: str = "config") ->
         vocab=integer("vocab_size"),
         max_context=integer("max_position_embeddings"),
         sliding_window=window,
-        tie_embeddings=bool(data.get("tie_word_embeddings", False)),
+        tie_embeddings=bool(data.get("tie_word_embeddings", data.get("model_type") in TIED_BY_DEFAULT)),
         qkv_bias=bool(bias),
         source=where,
         **moe,
@@ -155,4 +160,4 @@ def load_config(path: str | Path, name: str | None = None) -> ModelShape:
     return model_from_config(data, name, where=str(path))
 
 
-__all__ = ["REQUIRED", "load_config", "model_from_config", "read_config"]
+__all__ = ["REQUIRED", "TIED_BY_DEFAULT", "load_config", "model_from_config", "read_config"]
