@@ -211,3 +211,15 @@ def test_accelerator_aliases_work_for_the_fp8_target(gpu: str, want: str) -> Non
     result = advise_lab.run(scenario="fp8_portability", gpu=gpu)
     assert result.findings["advise.fp8_portability.target_e4m3"] == want
     assert f"{want} on" in result.sections[0].rows[0][1]
+
+
+@pytest.mark.parametrize(("term", "stall"), [(2.0**-6, 32.0), (2.0**-8, 8.0), (1e-2, 32.0), (3e-3, 8.0)])
+def test_stall_point_at_a_tie(term: float, stall: float) -> None:
+    # A power-of-two term is exactly half an ulp one binade up: 32 + 2^-6 is a tie in fp16 (ulp(32) = 2^-5)
+    # and round-to-nearest-even keeps 32, so the sum stalls there, not at 64. Checked by running the sum.
+    import numpy as np
+    total, step = np.float16(0), np.float16(term)
+    while np.float16(total + step) != total:
+        total = np.float16(total + step)
+    assert float(total) == stall
+    assert stall_point(term, "fp16") == stall

@@ -124,9 +124,10 @@ STAGNATION_COUNT = 10**6
 
 
 def stall_point(term: float, fmt: str) -> float:
-    """Smallest power of two S at which S + term rounds back to S: ulp(S)/2 > term."""
+    """Smallest power of two S at which S + term rounds back to S: ulp(S)/2 >= term (at a tie,
+    ulp(S)/2 == term, round-to-nearest-even keeps S, whose mantissa is even)."""
     s = 2.0 ** math.floor(math.log2(term))
-    while float(ulp(s, fmt)) / 2 <= term:
+    while float(ulp(s, fmt)) / 2 < term:
         s *= 2
     return s
 
