@@ -101,6 +101,20 @@ def test_serve_and_kv_numbers_come_from_the_capacity_model() -> None:
     assert faster["tps_fp16"] == pytest.approx(2 * kv["tps_fp16"])
 
 
+def test_serve_int4_error_is_the_asymmetric_one() -> None:
+    """int4 with a zero point uses all 16 codes: [min, max] in 15 steps, so a group spanning ±1 errs by at
+    most 1/15 (the symmetric ±7 grid would give 1/14). Checked against the quant engine on such a group."""
+    import numpy as np
+
+    import precisionlab as pl
+
+    serve = advise("serve", H100).facts
+    assert serve["levels"] == 16 and serve["int4_rel"] == pytest.approx(1 / 15)
+    group = np.linspace(-1.0, 1.0, 128).reshape(1, 128)  # spacing 2/127: within 1/127 of the worst point
+    err = float(np.abs(pl.quantize(group, "int4:g128:asym").dequantize() - group).max())
+    assert 1 / 15 - 1 / 127 < err <= serve["int4_rel"] * 1.01 < 1 / 14  # fp16 scale rounding: < 1%
+
+
 def test_unit_roundoff_and_decades_by_hand() -> None:
     assert unit_roundoff(get_format("bf16")) == 2.0**-8
     assert unit_roundoff(get_format("int8")) == 1 / 254

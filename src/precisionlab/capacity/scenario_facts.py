@@ -95,15 +95,15 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
     int4_format = get_format(int4.value_format)
     if not isinstance(int4_format, IntFormat):
         raise TypeError(f"the int4 weight scheme stores {int4.value_format}, not an integer format")
-    qmax = int4_format.symmetric_max
+    levels = 1 << int4_format.bits  # asymmetric with a zero point: every code is used, [min, max] in 2^b - 1 steps
     prompt = ctx
     batch_int4 = max_batch(model, acc, "int4", "fp8", ctx, inp.reserve).batch
     fit_note = "" if batch_int4 else (f". Even int4 weights leave no room for a {ctx}-token sequence on one "
                                       f"{acc.memory_gb:g} GB device: spread the model over several (--tp)")
     return {
         "format": "int4 (W4A16, g128)",
-        "model": model.name, "gpu": acc.name, "ctx": ctx, "int4_group": int4.group, "qmax": qmax,
-        "int4_rel": 1 / (2 * qmax), "int4_bits": int4.bits_per_value,
+        "model": model.name, "gpu": acc.name, "ctx": ctx, "int4_group": int4.group,
+        "levels": levels, "steps": levels - 1, "int4_rel": 1 / (levels - 1), "int4_bits": int4.bits_per_value,
         "w_bf16": weight_bytes(model, "bf16") / GB, "w_int4": weight_bytes(model, "int4") / GB,
         "gpu_mem": acc.memory_gb,
         "intensity": one_bf16.roof.intensity, "ridge": one_bf16.roof.ridge,
