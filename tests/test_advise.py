@@ -101,6 +101,14 @@ def test_serve_and_kv_numbers_come_from_the_capacity_model() -> None:
     assert faster["tps_fp16"] == pytest.approx(2 * kv["tps_fp16"])
 
 
+def test_serve_says_when_bf16_weights_do_not_fit() -> None:
+    """Llama-3-70B in bf16: 70.6e9 params x 2 bytes = 141 GB > 80 GB, so its tokens/s is only a bound."""
+    big = advise("serve", Inputs(accelerator=get_accelerator("h100"), gpu_key="h100",
+                                 model=get_model("llama3_70b"))).facts
+    assert big["w_bf16"] > 80 and "do not fit in 80 GB" in big["bf16_note"] and big["batch_bf16"] == 0
+    assert advise("serve", H100).facts["bf16_note"] == ""  # Llama-2-13B: 26 GB fits
+
+
 def test_serve_int4_error_is_the_asymmetric_one() -> None:
     """int4 with a zero point uses all 16 codes: [min, max] in 15 steps, so a group spanning ±1 errs by at
     most 1/15 (the symmetric ±7 grid would give 1/14). Checked against the quant engine on such a group."""

@@ -94,7 +94,7 @@ RULES: tuple[Rule, ...] = (
         precision="a step of (max − min)/{steps} per group: worst rounding error {int4_rel:.3g} of max|w| for a "
                   "group spanning ±max|w|, against bf16's {u[bf16]:.3g} relative",
         throughput="single-sequence decode runs at {intensity:.2g} FLOP/byte against a ridge of {ridge:.0f}: bandwidth-"
-                   "bound, so tokens/s follow bytes: bf16 {tps_bf16:.0f} → int4 {tps_int4:.0f} tokens/s "
+                   "bound, so tokens/s follow bytes: bf16 {tps_bf16:.0f}{bf16_note} → int4 {tps_int4:.0f} tokens/s "
                    "(×{speedup:.2g}) at {ctx} context; weights {w_bf16:.3g} → {w_int4:.3g} GB of {gpu_mem:.0f} "
                    "lifts the batch at {ctx} tokens (fp8 KV) from {batch_bf16} to {batch_int4}{fit_note}",
         risk="int4 rounding error in the weights (task quality; needs calibration); prefill stays compute-bound at "

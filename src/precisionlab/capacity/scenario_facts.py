@@ -100,6 +100,9 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
     batch_int4 = max_batch(model, acc, "int4", "fp8", ctx, inp.reserve).batch
     fit_note = "" if batch_int4 else (f". Even int4 weights leave no room for a {ctx}-token sequence on one "
                                       f"{acc.memory_gb:g} GB device: spread the model over several (--tp)")
+    bf16_bytes = weight_bytes(model, "bf16")
+    bf16_note = "" if bf16_bytes <= acc.memory_bytes else (
+        f" (a bound only: {bf16_bytes / GB:.3g} GB of bf16 weights do not fit in {acc.memory_gb:g} GB)")
     return {
         "format": "int4 (W4A16, g128)",
         "model": model.name, "gpu": acc.name, "ctx": ctx, "int4_group": int4.group,
@@ -110,7 +113,7 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
         "tps_bf16": one_bf16.tokens_per_s, "tps_int4": one_int4.tokens_per_s,
         "speedup": one_int4.tokens_per_s / one_bf16.tokens_per_s,
         "batch_bf16": max_batch(model, acc, "bf16", "fp8", ctx, inp.reserve).batch,
-        "batch_int4": batch_int4, "fit_note": fit_note,
+        "batch_int4": batch_int4, "fit_note": fit_note, "bf16_note": bf16_note,
         "prompt": prompt,
         "ttft_bf16_ms": 1e3 * prefill(model, acc, "bf16", "fp16", prompt).time,
         "ttft_int4_ms": 1e3 * prefill(model, acc, "int4", "fp16", prompt).time,
