@@ -180,6 +180,18 @@ def test_inputs_of_every_float_dtype() -> None:
         quantize(np.arange(8), "int8")
 
 
+def test_big_endian_float_input_is_float_data() -> None:
+    # a big-endian .npy (np.save keeps the byte order) holds float32 values like any other:
+    # it was refused with "quantize needs ... float32 ... got dtype >f4"
+    x = np.random.default_rng(8).standard_normal((4, 32)).astype(np.float32)
+    for be in (x.astype(">f4"), x.astype(np.float64).astype(">f8"), x.astype(np.float16).astype(">f2")):
+        q = quantize(be, "int4:g16")
+        native = quantize(be.astype(be.dtype.newbyteorder("=")), "int4:g16")
+        assert q.dtype == native.dtype == be.dtype.newbyteorder("=").name
+        np.testing.assert_array_equal(q.packed, native.packed)
+        np.testing.assert_array_equal(q.dequantize(), native.dequantize())
+
+
 def test_torch_bf16_input() -> None:
     torch = pytest.importorskip("torch")
     t = torch.randn(4, 64).to(torch.bfloat16)

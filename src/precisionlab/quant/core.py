@@ -38,7 +38,9 @@ Task = tuple[int, int, int]  # (batch, first padded row, end padded row)
 
 # --------------------------------------------------------------------------- inputs
 def as_array(x: Any) -> tuple[np.ndarray, str]:
-    """A float numpy array for x (numpy, ml_dtypes bfloat16, torch tensor, or a list), and its dtype name."""
+    """A float numpy array for x (numpy, ml_dtypes bfloat16, torch tensor, or a list), and its dtype name.
+
+    Non-native byte order (a big-endian `.npy`) is the same float data: it is swapped to native, not refused."""
     if type(x).__module__.startswith("torch"):
         t = x.detach().cpu()
         name = str(t.dtype).replace("torch.", "")
@@ -47,6 +49,8 @@ def as_array(x: Any) -> tuple[np.ndarray, str]:
         arr = t.float().numpy() if name == "bfloat16" else t.numpy()
         return arr, name
     arr = np.asarray(x)
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype.name == "bfloat16":
         return bf16_to_float32(arr.view(np.uint16)), "bfloat16"
     if arr.dtype not in (np.float16, np.float32, np.float64):
