@@ -166,3 +166,22 @@ def test_we_read_a_torch_bf16_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(entries["layer.w"].to_float32(), t.float().numpy())  # torch's own widening
     np.testing.assert_array_equal(quantize(entries["layer.w"].to_float32(), "int4:g32").codes,
                                   quantize(t, "int4:g32").codes)
+
+
+@pytest.mark.parametrize("shape", [[4, 33.5], [4.0, 33.0], ["4", "33"], [True, 132], "4x33"])
+def test_record_shape_must_be_integers(tmp_path: Path, shape: object) -> None:
+    # a record shape of [4, 33.5] was read as (4, 33) and loaded (int() truncated it)
+    q = quantize(np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32), "int4:g16")
+    path = tmp_path / "w.safetensors"
+    save_quantized(path, {"w": q})
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    record = json.loads(header["__metadata__"]["w"])
+    record["shape"] = shape
+    header["__metadata__"]["w"] = json.dumps(record)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length :])
+    with pytest.raises(ValueError, match="bad record for tensor 'w'"):
+        load_quantized(path)

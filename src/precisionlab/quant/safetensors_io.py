@@ -234,7 +234,10 @@ def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
         try:
             record = json.loads(text)
             scheme = parse_scheme(record["scheme"])
-            shape = tuple(int(d) for d in record["shape"])
+            dims = record["shape"]
+            if not isinstance(dims, list) or not all(type(d) is int for d in dims):  # no 33.5 -> 33, "4" -> 4
+                raise ValueError(f"shape {dims!r} is not a list of integers")
+            shape = tuple(dims)
             if not shape or any(d <= 0 for d in shape) or record.get("dtype") not in SOURCE_DTYPES:
                 raise ValueError(f"shape {list(shape)} / dtype {record.get('dtype')!r}")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
