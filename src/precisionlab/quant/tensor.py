@@ -2,7 +2,9 @@
 
 Byte accounting (`nbytes`) counts everything stored:
 
-    payload      ceil(stored elements * element bits / 8)    (packed; padding included)
+    payload      whole packing groups of the stored elements (packed; padding included):
+                 ceil(n / per) * bytes per group, i.e. ceil(n * bits / 8) for 2/4/8 bits and
+                 ceil(n / 4) * 3 for fp6 (four codes in three bytes; packing.packed_nbytes)
     scales       ceil(blocks * scale bits / 8)
     zero points  ceil(blocks * element bits / 8)              (asym: at the element's width)
     outliers     k rows * N * 2 (fp16) + k * 4 (int32 row indices)
