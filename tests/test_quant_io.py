@@ -57,6 +57,25 @@ def test_we_read_the_librarys_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(entries["b"].to_float32(), data["b"])
 
 
+def test_a_file_rewritten_by_the_safetensors_library_still_loads(tmp_path: Path, tensors: dict) -> None:
+    """Re-saving our file with safetensors and its own 'format': 'pt' metadata keeps every record."""
+    safetensors = pytest.importorskip("safetensors")
+    torch_io = pytest.importorskip("safetensors.torch")  # numpy has no float8 dtype for the e4m3 scales
+    path = tmp_path / "q.safetensors"
+    save_quantized(path, tensors)
+    with safetensors.safe_open(str(path), framework="pt") as fh:
+        meta = {**fh.metadata(), "format": "pt"}
+        data = {key: fh.get_tensor(key) for key in fh.keys()}  # noqa: SIM118 (a file handle, not a dict)
+    torch_io.save_file(data, str(tmp_path / "again.safetensors"), metadata=meta)
+    back = load_quantized(tmp_path / "again.safetensors")
+    assert set(back) == set(tensors)
+    np.testing.assert_array_equal(back["t1"].dequantize(), tensors["t1"].dequantize())
+    meta["t1"] = meta["t1"][:-5]  # a record cut short is still an error, not foreign metadata
+    torch_io.save_file(data, str(tmp_path / "cut.safetensors"), metadata=meta)
+    with pytest.raises(ValueError, match="bad record for tensor 't1'"):
+        load_quantized(tmp_path / "cut.safetensors")
+
+
 def test_untagged_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "plain.safetensors"
     write_safetensors(path, {"w": ("F32", np.ones(3, dtype=np.float32))})

@@ -222,15 +222,18 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
 
 
 def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
-    """Read every quantized tensor of a tagged file; untagged or inconsistent files are errors."""
+    """Read every quantized tensor of a tagged file; untagged or inconsistent files are errors.
+
+    Every metadata value that is a JSON object is a tensor record; other values (plain strings a
+    tool added, such as format = pt) are left alone."""
     entries, metadata = read_safetensors(path)
     if metadata.get(TAG_KEY) != TAG_VERSION:
         raise ValueError(f"{path}: not a precisionlab quantized file (no '{TAG_KEY}' tag in its metadata); "
                          "plain tensors are read by `quant compare`, not loaded as quantized tensors")
     out: dict[str, QuantizedTensor] = {}
     for name, text in metadata.items():
-        if name == TAG_KEY:
-            continue
+        if name == TAG_KEY or not text.lstrip().startswith("{"):
+            continue  # a tool's own metadata (safetensors writers add e.g. format = pt): records are JSON objects
         try:
             record = json.loads(text)
             scheme = parse_scheme(record["scheme"])
