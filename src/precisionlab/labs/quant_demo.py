@@ -168,11 +168,13 @@ def scaler_section(steps: int, window: int, outlier_step: int = 4, factor: float
 
 MAX_COLS = 1 << 18
 MAX_WINDOW = 1024
+MAX_STEPS = 2 * MAX_WINDOW
+"""Enough steps to watch the largest window fill after the outlier and drain again."""
 
 
 def run(cols: int = 1024, ratio: float = 45.0, seed: int = 0, steps: int = 24, window: int = 16) -> LabResult:
     for label, value, top in (("cols", cols, MAX_COLS), ("window", window, MAX_WINDOW),
-                              ("steps", steps, MAX_WINDOW + 64)):
+                              ("steps", steps, MAX_STEPS)):
         if not 1 <= value <= top:
             raise ValueError(f"{label} must be an integer in 1..{top}, got {value}")
     if seed < 0:
