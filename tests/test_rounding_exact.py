@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import precisionlab as pl
 from precisionlab.formats import FloatFormat
 
-from .reference import ref_round, same_bits
+from .reference import ref_format, same_bits
 
 FLOATS = ["fp32", "tf32", "bf16", "fp16", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "e6m9",
           "e4m3ieee"]
@@ -21,28 +21,27 @@ MODES = ["nearest_even", "nearest_away", "toward_zero"]
 
 
 def reference(x: np.ndarray, name: str, mode: str, overflow: str | None = None) -> np.ndarray:
+    """The exact rounding, from the format's defining fields only: the reference derives its
+    own limits (max finite, specials, the default overflow policy)."""
     fmt = pl.get_format(name)
     assert isinstance(fmt, FloatFormat)
-    policy = overflow or fmt.default_overflow.value
-    out = np.array([ref_round(float(v), fmt.exp_bits, fmt.man_bits, fmt.bias, fmt.max_finite_exact, mode, policy,
-                              fmt.subnormals) for v in x])
-    if not fmt.has_negative_zero:
-        out[out == 0] = 0.0  # FNUZ: a single, unsigned zero
-    return out
+    ref = ref_format(fmt)
+    return np.array([ref.round(float(v), mode, overflow) for v in x])
 
 
 def mixed_sample(name: str, seed: int) -> np.ndarray:
-    """Random magnitudes across the whole range, exact midpoints, and midpoints nudged by 2^-40."""
-    fmt = pl.get_format(name)
-    assert isinstance(fmt, FloatFormat)
+    """Random magnitudes across the whole range, the midpoint above each, midpoints nudged by 2^-40,
+    and the top of the range: every limit and grid point from the reference, none from src."""
+    ref = ref_format(pl.get_format(name))
     rng = np.random.default_rng(seed)
-    lo, hi = math.log2(fmt.min_subnormal) - 2, math.log2(fmt.max_finite) + 1
+    lo, hi = math.log2(ref.min_positive) - 2, math.log2(ref.max_finite) + 1
     random = np.exp2(rng.uniform(lo, hi, 400)) * rng.choice([-1.0, 1.0], 400)
-    grid = np.asarray(pl.round_to(random, name, overflow="saturate", nan="zero"), dtype=np.float64)
-    spacing = np.asarray(pl.ulp(grid, name), dtype=np.float64)
-    midpoints = grid + np.copysign(spacing / 2, grid)
+    midpoints = np.array([math.copysign(float(ref.midpoint_above(abs(Fraction(v)))), v) for v in random])
     nudged = np.concatenate([midpoints * (1 + 2.0**-40), midpoints * (1 - 2.0**-40)])
-    return np.concatenate([random, midpoints, nudged, [0.0, -0.0, fmt.max_finite, -fmt.max_finite]])
+    top = float(ref.max_finite)
+    overflow_tie = float(ref.midpoint_above(ref.max_finite))
+    edges = [0.0, -0.0, top, -top, overflow_tie, -overflow_tie, overflow_tie * (1 - 2.0**-40), top * 2]
+    return np.concatenate([random, midpoints, nudged, edges])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -349,8 +348,7 @@ def test_float32_table_path_agrees_with_float64_path_on_random_bit_patterns(name
 def _ref_int(n: int, name: str, mode: str) -> float:
     fmt = pl.get_format(name)
     assert isinstance(fmt, FloatFormat)
-    return ref_round(n, fmt.exp_bits, fmt.man_bits, fmt.bias, fmt.max_finite_exact, mode,
-                     fmt.default_overflow.value, fmt.subnormals)
+    return ref_format(fmt).round(n, mode)
 
 
 def test_a_wide_int_is_rounded_once() -> None:
