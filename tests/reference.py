@@ -19,6 +19,7 @@ Encoding rules, on the magnitude code c = (field << M) | mant:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -32,11 +33,16 @@ MODES = ("nearest_even", "nearest_away", "toward_zero")
 def floor_log2(x: Fraction) -> int:
     """floor(log2 x) for x > 0, exactly."""
     e = x.numerator.bit_length() - x.denominator.bit_length()
-    if Fraction(2) ** e > x:
+    if pow2(e) > x:
         e -= 1
-    elif Fraction(2) ** (e + 1) <= x:
+    elif pow2(e + 1) <= x:
         e += 1
     return e
+
+
+@functools.lru_cache(maxsize=4096)
+def pow2(e: int) -> Fraction:
+    return Fraction(2) ** e
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ class RefFormat:
         if self.encoding == "fn" and code == (1 << (self.E + self.M)) - 1:
             return "nan"
         if field == 0 and self.subnormals:
-            return mant * Fraction(2) ** (1 - self.bias - self.M)
-        return ((1 << self.M) + mant) * Fraction(2) ** (field - self.bias - self.M)
+            return mant * pow2(1 - self.bias - self.M)
+        return ((1 << self.M) + mant) * pow2(field - self.bias - self.M)
 
     @property
     def largest_number_code(self) -> int:
@@ -88,13 +94,13 @@ class RefFormat:
         return all_ones
 
     # --- derived limits -----------------------------------------------------------------
-    @property
+    @functools.cached_property
     def max_finite(self) -> Fraction:
         value = self.magnitude_value(self.largest_number_code)
         assert isinstance(value, Fraction)
         return value
 
-    @property
+    @functools.cached_property
     def min_positive(self) -> Fraction:
         """The smallest positive value: code 1 with subnormals (or M = 0), else code 0."""
         value = self.magnitude_value(1 if self.subnormals else 0)
@@ -136,7 +142,7 @@ class RefFormat:
         if value == 0:
             return 0
         e = max(floor_log2(value), self.emin)
-        significand = value / Fraction(2) ** (e - self.M)
+        significand = value / pow2(e - self.M)
         assert significand.denominator == 1, value
         n = significand.numerator
         if n < 1 << self.M:  # subnormal
@@ -146,7 +152,7 @@ class RefFormat:
     def quantum(self, member: Fraction) -> Fraction:
         """The gap from a member (>= 0) to the next grid point above it."""
         exponent = max(floor_log2(member), self.emin) if member > 0 else self.emin
-        return Fraction(2) ** (exponent - self.M)
+        return pow2(exponent - self.M)
 
     def midpoint_above(self, magnitude: Fraction) -> Fraction:
         """The midpoint between the member at or below magnitude (max_finite beyond the range) and
@@ -189,7 +195,7 @@ class RefFormat:
         if not self.has_zero and magnitude < self.min_positive:
             return self.min_positive  # nothing is smaller, and there is no zero
         exponent = max(floor_log2(magnitude), self.emin)
-        quantum = Fraction(2) ** (exponent - self.M)
+        quantum = pow2(exponent - self.M)
         q = magnitude / quantum
         floor = q.numerator // q.denominator
         frac = q - floor
