@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -224,3 +225,59 @@ def test_custom_fnuz_named_e4m3_is_not_torchs_e4m3fn() -> None:
     assert math.isnan(ref.round(300.0)) and ref.round(0.001) == 2.0**-10
     out = pl.round_to(torch.tensor([300.0, 0.001]), fmt)
     assert math.isnan(out[0].item()) and out[1].item() == 2.0**-10
+
+
+# --------------------------------------------------------------------------- autograd
+# One rule on every path (torch's cast, the numpy engine, float64 tensors, every mode): the result
+# is detached; straight_through=True returns the same values with the identity gradient.
+GRAD_FORMATS = ["e4m3", "bf16", "fp16", "e2m1", "int8"]
+GRAD_DTYPES = ["float32", "bfloat16", "float16", "float64"]
+ALL_MODES = ["nearest_even", "nearest_away", "toward_zero", "stochastic"]
+
+
+def grad_input(name: str, dtype: str) -> torch.Tensor:
+    """Ordinary values, a negative zero, one far past every format's range, ±inf, and NaN where the
+    format has one: the values a naive x + (rounded - x) would get wrong."""
+    values = [0.3, -1.7, 2.5, 100.0, -0.0, 1e30, math.inf, -math.inf]
+    if pl.get_format(name).has_nan:
+        values.append(math.nan)
+    return torch.tensor(values, dtype=getattr(torch, dtype)).requires_grad_()
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES)
+@pytest.mark.parametrize("name", GRAD_FORMATS)
+def test_round_to_is_detached_by_default(name: str, dtype: str, mode: str) -> None:
+    x = grad_input(name, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = pl.round_to(x, name, rounding=mode, rng=0)
+    assert not out.requires_grad and out.grad_fn is None
+    assert same_bits(out.to(torch.float64).numpy(), pl.round_to(x.detach(), name, rounding=mode, rng=0)
+                     .to(torch.float64).numpy()).all()
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES)
+@pytest.mark.parametrize("name", GRAD_FORMATS)
+def test_straight_through_keeps_the_values_and_passes_the_gradient_unchanged(name: str, dtype: str,
+                                                                             mode: str) -> None:
+    x = grad_input(name, dtype)
+    plain = pl.round_to(x.detach(), name, rounding=mode, rng=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = pl.round_to(x, name, rounding=mode, rng=0, straight_through=True)
+        assert out.requires_grad and out.dtype == plain.dtype and out.shape == x.shape
+        assert same_bits(out.detach().to(torch.float64).numpy(), plain.to(torch.float64).numpy()).all()
+        upstream = torch.arange(1.0, x.numel() + 1, dtype=out.dtype)
+        out.backward(upstream)
+    assert x.grad is not None and x.grad.dtype == x.dtype
+    assert torch.equal(x.grad, upstream.to(x.dtype))  # d round(x) / dx taken as 1
+
+
+def test_straight_through_without_a_graph_and_outside_torch() -> None:
+    plain = torch.tensor([0.3, 3.0])
+    out = pl.round_to(plain, "e4m3", straight_through=True)
+    assert not out.requires_grad and out.tolist() == [0.3125, 3.0]
+    with pytest.raises(TypeError, match="straight_through"):
+        pl.round_to(np.array([0.3]), "e4m3", straight_through=True)

@@ -116,7 +116,8 @@ def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.rand
     floor = np.floor(v)
     if rounding is Rounding.TOWARD_ZERO:
         return floor
-    frac = v - floor  # exact: the fractional part of a float is representable
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, and a NaN fraction never rounds inf up
+        frac = v - floor  # exact: the fractional part of a float is representable
     if rounding is Rounding.NEAREST_AWAY:
         return floor + (frac >= 0.5)
     assert rng is not None

@@ -97,3 +97,30 @@ def round_tensor(x: Any, fmt: FloatFormat, overflow: Overflow, out_dtype: Any) -
     else:
         replacement = torch.full_like(y, math.inf if overflow is Overflow.INF else math.nan)
     return torch.where(over, replacement.copysign(x.to(out_dtype)), y)
+
+
+def straight_through(x: Any, rounded: Any) -> Any:
+    """rounded, attached to x's graph with the identity gradient: d out / d x = 1 (as x's dtype).
+
+    The forward value is rounded itself, bit for bit. The familiar x + (rounded - x).detach()
+    is not: it turns -0 into +0, inf into NaN (inf - inf) and a saturated 1e30 into 0.
+    """
+    return _straight_through_function().apply(x, rounded)
+
+
+@lru_cache(maxsize=1)
+def _straight_through_function() -> Any:
+    import torch
+
+    class StraightThrough(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, rounded: Any) -> Any:
+            ctx.input_dtype = x.dtype
+            return rounded.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad.to(ctx.input_dtype), None
+
+    return StraightThrough
+
