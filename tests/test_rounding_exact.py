@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -72,6 +73,23 @@ def test_custom_biases_far_from_the_default_round_exactly(name: str) -> None:
     values = pl.decode(codes, name)
     keep = ~np.isnan(values)
     np.testing.assert_array_equal(pl.encode(values[keep], name), codes[keep])
+
+
+NO_MANTISSA = ["e7m0fnuz", "e4m0fn", "e3m0finite", "ue4m0fn", "ue5m0b20finite", "ue8m0"]
+
+
+@pytest.mark.parametrize("name", NO_MANTISSA)
+def test_no_mantissa_formats_match_exact_rounding(name: str) -> None:
+    """Ties go to the even code (P3109, gfloat); ue8m0 keeps ml_dtypes' ties-up rule (README)."""
+    fmt = pl.get_format(name)
+    ref = dataclasses.replace(ref_format(fmt), ties_up=name == "ue8m0")
+    x = mixed_sample(name, seed=len(name))
+    for mode in MODES:
+        expected = np.array([ref.round(float(v), mode) for v in x])
+        assert same_bits(pl.round_to(x, name, rounding=mode), expected).all(), mode
+        x32 = x[np.abs(x) < 3e38].astype(np.float32)
+        expected32 = np.array([ref.round(float(v), mode) for v in x32])
+        assert same_bits(pl.round_to(x32, name, rounding=mode), expected32).all(), mode
 
 
 def test_seed_examples_of_single_rounding() -> None:
