@@ -161,6 +161,20 @@ class RefFormat:
         assert lower is not None
         return lower + self.quantum(lower) / 2
 
+    def neighbours(self, x: float) -> tuple[Fraction, Fraction]:
+        """(largest member <= x, smallest member >= x) for a finite x with |x| <= max_finite
+        (x itself twice when it is a member), in a signed format or for x >= 0."""
+        magnitude = abs(Fraction(x))
+        assert magnitude <= self.max_finite and (self.signed or x >= 0)
+        inner = self._round_magnitude(magnitude, "toward_zero")
+        assert inner is not None
+        outer = inner if inner == magnitude else inner + self.quantum(inner)
+        return (-outer, -inner) if x < 0 else (inner, outer)
+
+    def overflow_value(self, negative: bool, policy: str | None = None) -> float:
+        """What a finite value past ±max_finite becomes under the policy (None: the default)."""
+        return self._overflowed(negative, policy or self.default_overflow, "nearest_even")
+
     # --- rounding -----------------------------------------------------------------------
     def round(self, x: float | int, mode: str = "nearest_even", overflow: str | None = None) -> float:
         """Round x (exactly, from its value) to the format; NaN where the result is NaN.

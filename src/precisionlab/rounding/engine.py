@@ -16,7 +16,8 @@ the input is float64 or the format's range does not sit inside float32's):
       nearest_away : add 2^(s-1)
       toward_zero  : add 0
       stochastic   : add s uniformly random bits, so P(round up) = remainder / 2^s
-                     exactly and E[round(x)] = x.
+                     exactly and E[round(x)] = x for |x| <= max_finite. Past max_finite
+                     the overflow policy decides, deterministically (no member lies above).
 
 * Target-subnormal range (|x| < 2^emin): the grid is uniform with quantum
   q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling (by ldexp: 1/q overflows
@@ -213,6 +214,10 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
     is_nan = mag > udt(dom.inf_bits)
 
     over = out > max_finite
+    if plan.rounding is Rounding.STOCHASTIC:
+        # Past max_finite no member lies above x, so no draw can be unbiased there: the value is
+        # an overflow, and the policy decides it, deterministically (not by the draw).
+        over |= absx > max_finite
     if over.any():
         np.copyto(out, _overflow_value(fmt, plan.overflow, dom), where=over)
         if plan.rounding is Rounding.TOWARD_ZERO:
