@@ -230,7 +230,7 @@ def test_custom_fnuz_named_e4m3_is_not_torchs_e4m3fn() -> None:
 # --------------------------------------------------------------------------- autograd
 # One rule on every path (torch's cast, the numpy engine, float64 tensors, every mode): the result
 # is detached; straight_through=True returns the same values with the identity gradient.
-GRAD_FORMATS = ["e4m3", "bf16", "fp16", "e2m1", "int8"]
+GRAD_FORMATS = ["e4m3", "bf16", "fp16", "fp32", "e2m1", "int8"]
 GRAD_DTYPES = ["float32", "bfloat16", "float16", "float64"]
 ALL_MODES = ["nearest_even", "nearest_away", "toward_zero", "stochastic"]
 

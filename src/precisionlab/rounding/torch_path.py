@@ -24,7 +24,7 @@ from typing import Any
 from precisionlab.formats import Encoding, FloatFormat, Format, Overflow, get_float_format
 from precisionlab.rounding.modes import Rounding
 
-TORCH_DTYPES = {
+_TORCH_BY_REGISTRY_NAME = {
     "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz", "e5m2fnuz": "float8_e5m2fnuz",
     "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
 }
@@ -34,7 +34,7 @@ _FAST_INPUTS = ("torch.float32", "torch.bfloat16", "torch.float16")
 
 @lru_cache(maxsize=1)
 def _dtypes_by_fields() -> dict[tuple[Any, ...], str]:
-    return {get_float_format(name).defining_fields: dtype for name, dtype in TORCH_DTYPES.items()}
+    return {get_float_format(name).defining_fields: dtype for name, dtype in _TORCH_BY_REGISTRY_NAME.items()}
 
 
 def torch_dtype_name(fmt: FloatFormat) -> str | None:
