@@ -281,3 +281,22 @@ def test_straight_through_without_a_graph_and_outside_torch() -> None:
     assert not out.requires_grad and out.tolist() == [0.3125, 3.0]
     with pytest.raises(TypeError, match="straight_through"):
         pl.round_to(np.array([0.3]), "e4m3", straight_through=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("name", ["e4m3", "bf16", "e2m1"])
+def test_the_autograd_rule_holds_on_a_cuda_device(name: str, mode: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    x = grad_input(name, "float32").detach().cuda().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = pl.round_to(x, name, rounding=mode, rng=0)
+        through = pl.round_to(x, name, rounding=mode, rng=0, straight_through=True)
+        through.backward(torch.ones_like(through))
+    assert not out.requires_grad and out.device == x.device and through.device == x.device
+    on_host = pl.round_to(x.detach().cpu(), name, rounding=mode, rng=0)
+    assert same_bits(out.cpu().double().numpy(), on_host.double().numpy()).all()
+    assert same_bits(through.detach().cpu().double().numpy(), on_host.double().numpy()).all()
+    assert x.grad is not None and torch.equal(x.grad.cpu(), torch.ones(x.shape))
