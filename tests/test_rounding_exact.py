@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 import precisionlab as pl
 from precisionlab.formats import FloatFormat
 
-from .reference import ref_round, same_bits
+from .reference import ref_format, same_bits
 
 FLOATS = ["fp32", "tf32", "bf16", "fp16", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "e6m9",
           "e4m3ieee"]
@@ -21,28 +22,27 @@ MODES = ["nearest_even", "nearest_away", "toward_zero"]
 
 
 def reference(x: np.ndarray, name: str, mode: str, overflow: str | None = None) -> np.ndarray:
+    """The exact rounding, from the format's defining fields only: the reference derives its
+    own limits (max finite, specials, the default overflow policy)."""
     fmt = pl.get_format(name)
     assert isinstance(fmt, FloatFormat)
-    policy = overflow or fmt.default_overflow.value
-    out = np.array([ref_round(float(v), fmt.exp_bits, fmt.man_bits, fmt.bias, fmt.max_finite_exact, mode, policy,
-                              fmt.subnormals) for v in x])
-    if not fmt.has_negative_zero:
-        out[out == 0] = 0.0  # FNUZ: a single, unsigned zero
-    return out
+    ref = ref_format(fmt)
+    return np.array([ref.round(float(v), mode, overflow) for v in x])
 
 
 def mixed_sample(name: str, seed: int) -> np.ndarray:
-    """Random magnitudes across the whole range, exact midpoints, and midpoints nudged by 2^-40."""
-    fmt = pl.get_format(name)
-    assert isinstance(fmt, FloatFormat)
+    """Random magnitudes across the whole range, the midpoint above each, midpoints nudged by 2^-40,
+    and the top of the range: every limit and grid point from the reference, none from src."""
+    ref = ref_format(pl.get_format(name))
     rng = np.random.default_rng(seed)
-    lo, hi = math.log2(fmt.min_subnormal) - 2, math.log2(fmt.max_finite) + 1
+    lo, hi = math.log2(ref.min_positive) - 2, math.log2(ref.max_finite) + 1
     random = np.exp2(rng.uniform(lo, hi, 400)) * rng.choice([-1.0, 1.0], 400)
-    grid = np.asarray(pl.round_to(random, name, overflow="saturate", nan="zero"), dtype=np.float64)
-    spacing = np.asarray(pl.ulp(grid, name), dtype=np.float64)
-    midpoints = grid + np.copysign(spacing / 2, grid)
+    midpoints = np.array([math.copysign(float(ref.midpoint_above(abs(Fraction(v)))), v) for v in random])
     nudged = np.concatenate([midpoints * (1 + 2.0**-40), midpoints * (1 - 2.0**-40)])
-    return np.concatenate([random, midpoints, nudged, [0.0, -0.0, fmt.max_finite, -fmt.max_finite]])
+    top = float(ref.max_finite)
+    overflow_tie = float(ref.midpoint_above(ref.max_finite))
+    edges = [0.0, -0.0, top, -top, overflow_tie, -overflow_tie, overflow_tie * (1 - 2.0**-40), top * 2]
+    return np.concatenate([random, midpoints, nudged, edges])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -73,6 +73,23 @@ def test_custom_biases_far_from_the_default_round_exactly(name: str) -> None:
     values = pl.decode(codes, name)
     keep = ~np.isnan(values)
     np.testing.assert_array_equal(pl.encode(values[keep], name), codes[keep])
+
+
+NO_MANTISSA = ["e7m0fnuz", "e4m0fn", "e3m0finite", "ue4m0fn", "ue5m0b20finite", "ue8m0"]
+
+
+@pytest.mark.parametrize("name", NO_MANTISSA)
+def test_no_mantissa_formats_match_exact_rounding(name: str) -> None:
+    """Ties go to the even code (P3109, gfloat); ue8m0 keeps ml_dtypes' ties-up rule (README)."""
+    fmt = pl.get_format(name)
+    ref = dataclasses.replace(ref_format(fmt), ties_up=name == "ue8m0")
+    x = mixed_sample(name, seed=len(name))
+    for mode in MODES:
+        expected = np.array([ref.round(float(v), mode) for v in x])
+        assert same_bits(pl.round_to(x, name, rounding=mode), expected).all(), mode
+        x32 = x[np.abs(x) < 3e38].astype(np.float32)
+        expected32 = np.array([ref.round(float(v), mode) for v in x32])
+        assert same_bits(pl.round_to(x32, name, rounding=mode), expected32).all(), mode
 
 
 def test_seed_examples_of_single_rounding() -> None:
@@ -137,25 +154,6 @@ def test_unsigned_formats_without_nan_saturate_below_their_smallest_value() -> N
     assert list(pl.round_to(x.astype(np.float32), "ue3m0finite")) == [0.125] * 4 + [0.25, 8.0, 0.125]
     assert list(pl.encode(x, "ue2m1finite")) == [0, 0, 0, 0, 1, 7, 0]
     assert np.isnan(pl.round_to(x, "ue8m0")[:4]).all()
-
-
-def test_stochastic_rounding_is_unbiased_and_lands_on_neighbours() -> None:
-    for name, x in [("e4m3", 0.3), ("bf16", 1.0 + 2.0**-9 + 2.0**-11), ("e2m1", 0.2), ("fp16", 1e-6)]:
-        below, above = pl.neighbours(x, name)
-        samples = pl.round_to(np.full(200_000, x), name, rounding="stochastic", rng=1)
-        assert set(np.unique(samples)) <= {below, above}
-        p_up = (x - below) / (above - below)
-        stderr = math.sqrt(p_up * (1 - p_up) / samples.size) * (above - below)
-        assert abs(samples.mean() - x) < 5 * stderr, name
-
-
-def test_stochastic_rounding_is_reproducible_with_a_seed() -> None:
-    x = np.linspace(-3, 3, 1001)
-    a = pl.round_to(x, "e4m3", rounding="stochastic", rng=42)
-    b = pl.round_to(x, "e4m3", rounding="stochastic", rng=np.random.default_rng(42))
-    np.testing.assert_array_equal(a, b)
-    exact = pl.round_to(np.array([0.5, 1.0, -2.0]), "e4m3", rounding="stochastic", rng=0)
-    assert list(exact) == [0.5, 1.0, -2.0]  # members never move
 
 
 def test_integer_targets_round_and_saturate() -> None:
@@ -349,8 +347,7 @@ def test_float32_table_path_agrees_with_float64_path_on_random_bit_patterns(name
 def _ref_int(n: int, name: str, mode: str) -> float:
     fmt = pl.get_format(name)
     assert isinstance(fmt, FloatFormat)
-    return ref_round(n, fmt.exp_bits, fmt.man_bits, fmt.bias, fmt.max_finite_exact, mode,
-                     fmt.default_overflow.value, fmt.subnormals)
+    return ref_format(fmt).round(n, mode)
 
 
 def test_a_wide_int_is_rounded_once() -> None:

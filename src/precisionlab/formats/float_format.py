@@ -77,6 +77,13 @@ class FloatFormat:
         return True
 
     @property
+    def defining_fields(self) -> tuple[int, int, int, Encoding, bool, bool]:
+        """(E, M, bias, encoding, signed, subnormals): everything that decides the format's values
+        and codes. Two formats with equal defining fields are one format under two names (the
+        name and the container width stored_bits change neither)."""
+        return (self.exp_bits, self.man_bits, self.bias, self.encoding, self.signed, self.subnormals)
+
+    @property
     def top_exponent_field(self) -> int:
         return (1 << self.exp_bits) - 1
 

@@ -71,25 +71,51 @@ def _round_flat(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str
 
 
 def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
-             overflow: str | Overflow | None = None, rng: RngLike = None, nan: str | NanPolicy = "raise") -> Any:
+             overflow: str | Overflow | None = None, rng: RngLike = None, nan: str | NanPolicy = "raise", *,
+             straight_through: bool = False) -> Any:
     """Round every element of x once, exactly, to the nearest member of fmt under `rounding`.
 
     overflow: None for the format's default (inf if it has inf, else NaN if it has NaN,
     else saturate), or 'inf', 'nan', 'saturate'. nan: 'raise' (default) or 'zero', for
     formats that have no NaN. rng: a numpy Generator or seed for stochastic rounding.
+
+    Autograd: a tensor result is detached (requires_grad False, no graph), on every path.
+    straight_through=True (tensors only) returns the same values attached to x's graph with
+    the identity gradient, d round(x) / dx = 1, for quantization-aware experiments; the
+    output dtype is the same as without it and the gradient reaching x has x's dtype.
     """
     target = get_format(fmt)
     mode = parse_rounding(rounding)
     if is_torch_tensor(x):
+        rounded = _round_tensor(x.detach(), target, mode, overflow, rng, nan)
+        if not straight_through:
+            return rounded
         from precisionlab.rounding import torch_path
 
-        if torch_path.applies(x, target, mode):
-            assert isinstance(target, FloatFormat)
-            policy = target.default_overflow if overflow is None else parse_overflow(overflow)
-            engine.check_policies(target, policy)
-            container = get_float_format(_TORCH_NAMES[str(x.dtype)])
-            out_dtype = x.dtype if _output_container(target, container) is container else _torch_float32()
-            return torch_path.round_tensor(x, target, policy, out_dtype)
+        return torch_path.straight_through(x, rounded)
+    if straight_through:
+        raise TypeError(f"straight_through=True needs a torch tensor (gradients), got {type(x).__name__}")
+    return _round_host(x, target, mode, overflow, rng, nan)
+
+
+def _round_tensor(x: Any, target: Format, mode: Rounding, overflow: str | Overflow | None, rng: RngLike,
+                  nan: str | NanPolicy) -> Any:
+    """round_to for a tensor that carries no graph: torch's own cast where it is the same rounding."""
+    from precisionlab.rounding import torch_path
+
+    if torch_path.applies(x, target, mode):
+        assert isinstance(target, FloatFormat)
+        policy = target.default_overflow if overflow is None else parse_overflow(overflow)
+        engine.check_policies(target, policy)
+        container = get_float_format(_TORCH_NAMES[str(x.dtype)])
+        out_dtype = x.dtype if _output_container(target, container) is container else _torch_float32()
+        return torch_path.round_tensor(x, target, policy, out_dtype)
+    return _round_host(x, target, mode, overflow, rng, nan)
+
+
+def _round_host(x: Any, target: Format, mode: Rounding, overflow: str | Overflow | None, rng: RngLike,
+                nan: str | NanPolicy) -> Any:
+    """round_to through the numpy engine (tensors are copied to the host and back)."""
     src = _wide_int(unpack(x), x, target, mode)
     values, _ = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
     return src.rebuild(values, _output_container(target, src.container))

@@ -9,11 +9,15 @@ the input is float64 or the format's range does not sit inside float32's):
   by clearing the low s = Mi - M bits. A carry runs into the exponent field, which is
   exactly the step to the next binade.
 
-      nearest_even : add (2^(s-1) - 1) + (bit s of the input)
+      nearest_even : add (2^(s-1) - 1) + (bit s of the input), so a tie goes to the
+                     even code. With M = 0 bit s is the exponent's last bit, inverted when
+                     the target's bias and the domain's differ in parity (P3109, gfloat);
+                     ue8m0 alone ties up instead, as ml_dtypes does.
       nearest_away : add 2^(s-1)
       toward_zero  : add 0
       stochastic   : add s uniformly random bits, so P(round up) = remainder / 2^s
-                     exactly and E[round(x)] = x.
+                     exactly and E[round(x)] = x for |x| <= max_finite. Past max_finite
+                     the overflow policy decides, deterministically (no member lies above).
 
 * Target-subnormal range (|x| < 2^emin): the grid is uniform with quantum
   q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling (by ldexp: 1/q overflows
@@ -41,7 +45,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from precisionlab.formats import FloatFormat, IntFormat, Overflow
+from precisionlab.formats import FloatFormat, IntFormat, Overflow, get_float_format
 from precisionlab.rounding.modes import NanPolicy, Rounding
 
 CHUNK = 1 << 16
@@ -116,7 +120,8 @@ def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.rand
     floor = np.floor(v)
     if rounding is Rounding.TOWARD_ZERO:
         return floor
-    frac = v - floor  # exact: the fractional part of a float is representable
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, and a NaN fraction never rounds inf up
+        frac = v - floor  # exact: the fractional part of a float is representable
     if rounding is Rounding.NEAREST_AWAY:
         return floor + (frac >= 0.5)
     assert rng is not None
@@ -140,12 +145,23 @@ def check_policies(fmt: FloatFormat, overflow: Overflow) -> None:
         raise ValueError(f"{fmt.name} has no NaN; use overflow='saturate'")
 
 
+_UE8M0_FIELDS = get_float_format("ue8m0").defining_fields
+
+
 def _effective_rounding(fmt: FloatFormat, rounding: Rounding) -> Rounding:
-    # With no mantissa bits there is no even mantissa to tie to: ties round up (away
-    # from zero), as ml_dtypes does for ue8m0 (3 -> 4, 0.75 -> 1).
-    if fmt.man_bits == 0 and rounding is Rounding.NEAREST_EVEN:
+    # nearest_even sends a tie to the neighbour with the even code; with no mantissa bits that is
+    # the even biased exponent (and 0 against the smallest value), as the P3109 drafts and gfloat
+    # define it. ue8m0 (float8_e8m0fnu) alone keeps ml_dtypes' rule: ties go up (3 -> 4, 0.75 -> 1).
+    if rounding is Rounding.NEAREST_EVEN and fmt.defining_fields == _UE8M0_FIELDS:
         return Rounding.NEAREST_AWAY
     return rounding
+
+
+def _kept_bit_is_odd_code(fmt: FloatFormat, dom: Domain) -> bool:
+    """Whether the domain's lowest kept bit being 1 marks an odd target code. With a mantissa it
+    is the mantissa's last bit; with none it is the exponent's, and the domain's biased exponent
+    has the target's parity only when the two biases do (e7m0fnuz's 64 against float32's 127)."""
+    return fmt.man_bits > 0 or (fmt.bias - dom.emax) % 2 == 0
 
 
 def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator | None) -> np.ndarray:
@@ -161,6 +177,8 @@ def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator |
         low_mask = udt((1 << shift) - 1)
         if rounding is Rounding.NEAREST_EVEN:
             r = (mag >> udt(shift)) & udt(1)
+            if not _kept_bit_is_odd_code(fmt, dom):
+                r ^= udt(1)
             r += udt((1 << (shift - 1)) - 1)
             r += mag
         elif rounding is Rounding.NEAREST_AWAY:
@@ -196,6 +214,10 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
     is_nan = mag > udt(dom.inf_bits)
 
     over = out > max_finite
+    if plan.rounding is Rounding.STOCHASTIC:
+        # Past max_finite no member lies above x, so no draw can be unbiased there: the value is
+        # an overflow, and the policy decides it, deterministically (not by the draw).
+        over |= absx > max_finite
     if over.any():
         np.copyto(out, _overflow_value(fmt, plan.overflow, dom), where=over)
         if plan.rounding is Rounding.TOWARD_ZERO:

@@ -2,9 +2,11 @@
 
 torch's casts from float32 / bfloat16 / float16 to float8_e4m3fn, float8_e5m2, the fnuz
 pair, bfloat16 and float16 round once, to nearest even, exactly as the engine does for
-every value inside the format's range (the test suite checks every code, midpoint and
-neighbour). They differ only in overflow policy (torch 2.13's CPU e4m3fn cast saturates,
-inf included), so a value at or beyond the overflow threshold is patched to the policy's
+every value inside the format's range (tests/test_rounding_torch.py holds this path against
+the numpy engine and the exact reference on every member and midpoint, one input ulp either
+side). The torch dtype is chosen by the format's defining fields, never by its name.
+The casts differ only in overflow policy (torch 2.13's CPU e4m3fn cast saturates, inf
+included), so a value at or beyond the overflow threshold is patched to the policy's
 result. float64 tensors never take this path: torch casts them to fp8 through float32,
 which rounds twice.
 
@@ -16,16 +18,29 @@ stays at max_finite when it is even (FN formats, whose all-ones mantissa is NaN)
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
-from precisionlab.formats import Encoding, FloatFormat, Format, Overflow
+from precisionlab.formats import Encoding, FloatFormat, Format, Overflow, get_float_format
 from precisionlab.rounding.modes import Rounding
 
-_TORCH_DTYPES = {
+_TORCH_BY_REGISTRY_NAME = {
     "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz", "e5m2fnuz": "float8_e5m2fnuz",
     "bf16": "bfloat16", "fp16": "float16", "fp32": "float32",
 }
+"""The registered formats torch has a dtype for, by the registry's name."""
 _FAST_INPUTS = ("torch.float32", "torch.bfloat16", "torch.float16")
+
+
+@lru_cache(maxsize=1)
+def _dtypes_by_fields() -> dict[tuple[Any, ...], str]:
+    return {get_float_format(name).defining_fields: dtype for name, dtype in _TORCH_BY_REGISTRY_NAME.items()}
+
+
+def torch_dtype_name(fmt: FloatFormat) -> str | None:
+    """The torch dtype with fmt's values, chosen by the defining fields (E, M, bias, encoding,
+    signedness, subnormals), never by name: FloatFormat("e4m3", 4, 3, 8, FNUZ) is float8_e4m3fnuz."""
+    return _dtypes_by_fields().get(fmt.defining_fields)
 
 
 def _torch_overflow_behaviour(fmt: FloatFormat) -> Overflow:
@@ -48,7 +63,7 @@ def applies(x: Any, fmt: Format, rounding: Rounding) -> bool:
     return (
         isinstance(fmt, FloatFormat)
         and rounding is Rounding.NEAREST_EVEN
-        and fmt.name in _TORCH_DTYPES
+        and torch_dtype_name(fmt) is not None
         and str(x.dtype) in _FAST_INPUTS
         and x.device.type == "cpu"
     )
@@ -57,7 +72,10 @@ def applies(x: Any, fmt: Format, rounding: Rounding) -> bool:
 def round_tensor(x: Any, fmt: FloatFormat, overflow: Overflow, out_dtype: Any) -> Any:
     import torch
 
-    target = getattr(torch, _TORCH_DTYPES[fmt.name])
+    dtype_name = torch_dtype_name(fmt)
+    if dtype_name is None:
+        raise ValueError(f"torch has no dtype for {fmt.name}")
+    target = getattr(torch, dtype_name)
     y = x.to(target).to(out_dtype)
     if overflow is _torch_overflow_behaviour(fmt):
         return y
@@ -70,10 +88,39 @@ def round_tensor(x: Any, fmt: FloatFormat, overflow: Overflow, out_dtype: Any) -
         peak = math.inf  # NaN present: patch element by element
     if peak < threshold or (not inclusive and peak == threshold):
         return y  # nothing overflows (a NaN peak fails both tests and takes the exact patch below)
-    magnitude = x.abs()
+    # In float32, which holds every threshold exactly: a tensor compared with a Python float
+    # converts the float to the tensor's dtype (65300 is 65280 in bfloat16).
+    magnitude = x.abs().to(torch.float32)
     over = magnitude >= threshold if inclusive else magnitude > threshold
     if overflow is Overflow.SATURATE:
         replacement = torch.full_like(y, fmt.max_finite)
     else:
         replacement = torch.full_like(y, math.inf if overflow is Overflow.INF else math.nan)
     return torch.where(over, replacement.copysign(x.to(out_dtype)), y)
+
+
+def straight_through(x: Any, rounded: Any) -> Any:
+    """rounded, attached to x's graph with the identity gradient: d out / d x = 1 (as x's dtype).
+
+    The forward value is rounded itself, bit for bit. The familiar x + (rounded - x).detach()
+    is not: it turns -0 into +0, inf into NaN (inf - inf) and a saturated 1e30 into 0.
+    """
+    return _straight_through_function().apply(x, rounded)
+
+
+@lru_cache(maxsize=1)
+def _straight_through_function() -> Any:
+    import torch
+
+    class StraightThrough(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, rounded: Any) -> Any:
+            ctx.input_dtype = x.dtype
+            return rounded.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad.to(ctx.input_dtype), None
+
+    return StraightThrough
+
