@@ -130,3 +130,19 @@ def test_axpy_timing_library_choice() -> None:
     assert not axpy_timing("fp32", 1 << 10, budget_s=0.01, library="numpy").software
     with pytest.raises(ValueError, match="library"):
         axpy_timing("fp32", 1 << 10, library="cupy")
+
+
+def test_every_axpy_finding_is_documented(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "README.md").read_text() + (root / "docs" / "gemm.md").read_text()
+    monkeypatch.setitem(sys.modules, "torch", None)  # the core-install keys, skipped.torch_axpy included
+    keys = set(run(n=1 << 10, time_budget=0.01).findings)
+    for key in sorted(keys):
+        generic = re.sub(r"^axpy\.(fp32|fp16|bf16)\.", "axpy.<dtype>.", key)
+        leaf = generic.rsplit(".", 1)
+        documented = f"`{generic}`" in docs or (generic.startswith("axpy.<dtype>.") and f"`.{leaf[1]}`" in docs)
+        assert documented, f"finding {key} is not documented in the README or docs/gemm.md"

@@ -107,3 +107,12 @@ def test_the_installed_entry_point_exits_1_on_an_internal_error(tmp_path: Path) 
                           timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("internal error: TypeError: boom")
+
+
+def test_an_escaped_missing_module_is_a_bug_that_names_the_install(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    _break_axpy(monkeypatch, ModuleNotFoundError("No module named 'ml_dtypes'", name="ml_dtypes"))
+    result = run_cli("axpy", "--n", "16")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("internal error: ModuleNotFoundError: No module named 'ml_dtypes'")
+    assert "pip install ml_dtypes" in result.stderr and "bug" in result.stderr

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from precisionlab import __version__
+from precisionlab.peers import install_hint
 
 _NOT_COMMANDS = {"main", "common"}
 
@@ -67,6 +68,11 @@ class FriendlyGroup(click.Group):
             if debug_enabled(ctx):
                 traceback.print_exc()
             click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
+            if isinstance(exc, ModuleNotFoundError) and exc.name:
+                # an optional peer imported where it must not be: say what would work around it
+                peer = exc.name.split(".")[0]
+                click.echo(f"  a missing module escaped; installing it may work around it: {install_hint(peer)}",
+                           err=True)
             click.echo(f"  {BUG_HINT}", err=True)
             ctx.exit(1)
 
