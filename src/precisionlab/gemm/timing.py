@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.peers import optional_import
+from precisionlab.peers import install_hint, optional_import
 from precisionlab.rounding import round_to
 
 AXPY_ALPHA = 0.5
@@ -145,7 +145,7 @@ def axpy_timing(precision: str, n: int = 1 << 24, budget_s: float = 0.3, library
     if library not in (None, *AXPY_LIBRARIES):
         raise ValueError(f"axpy library must be one of {', '.join(AXPY_LIBRARIES)}, got {library!r}")
     if library == "torch" and not torch_available():
-        raise ValueError("the torch axpy path needs torch (pip install torch==2.13.0, the CPU build)")
+        raise ValueError(f"the torch axpy path needs torch ({install_hint('torch')})")
     has_torch = library != "numpy" and torch_available()
     candidates: list[Timing] = []
     if library == "numpy" or not has_torch or precision == "fp32":
