@@ -73,3 +73,76 @@ def test_cli_writes_png(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-d
     res = run_cli("axpy", "--n", "4096", "--time-budget", "0.01", "--out", str(tmp_path / "o"))
     assert res.exit_code == 0, res.output
     assert (tmp_path / "o" / "axpy_axpy_bandwidth.png").exists()
+
+
+# --------------------------------------------------------------------------- honest paths
+def test_bf16_bit_pattern_step_matches_ml_dtypes() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    from precisionlab.gemm.timing import bf16_axpy_step, bf16_bits, bf16_values
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-30, 30, 1 << 16)).astype(np.float32)
+    y = (rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-30, 30, 1 << 16)).astype(np.float32)
+    x_bits, y_bits = bf16_bits(x), bf16_bits(y)
+    # the bit patterns are ml_dtypes' own float32 -> bfloat16 cast (nearest-even)
+    assert np.array_equal(x_bits, x.astype(ml_dtypes.bfloat16).view(np.uint16))
+    alpha = np.float32(0.75)
+    expected = (bf16_values(x_bits) * alpha + bf16_values(y_bits)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    bf16_axpy_step(alpha, x_bits, y_bits)
+    assert np.array_equal(y_bits, expected)
+
+
+def test_without_torch_the_16_bit_rows_say_they_measure_numpy_software(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # and the bf16 path must not need ml_dtypes
+    result = run(n=1 << 12, time_budget=0.01)
+    f = result.findings
+    assert f["axpy.fp32.software"] is False and f["axpy.fp32.path"] == "numpy fp32 axpy"
+    assert f["axpy.fp16.software"] is True and f["axpy.fp16.path"] == "numpy fp16 axpy (software fp16)"
+    assert f["axpy.bf16.software"] is True and f["axpy.bf16.path"].startswith("numpy bf16 axpy (uint16 bit patterns")
+    assert "the fp16 and bf16 rows measure numpy's software 16-bit arithmetic, not bandwidth" in result.summary.lower()
+    assert "install torch" in result.summary
+    assert result.section("axpy").column("measures") == ["bandwidth", "numpy software arithmetic",
+                                                         "numpy software arithmetic"]
+    assert "not a bandwidth measurement" in result.section("axpy").note
+    assert [s.key for s in result.skipped] == ["torch_axpy"]
+    assert f["skipped.torch_axpy"] == "torch is not installed"
+
+
+def test_with_torch_the_16_bit_rows_run_torch() -> None:
+    pytest.importorskip("torch")
+    result = run(n=1 << 12, time_budget=0.01)
+    f = result.findings
+    for precision in ("fp16", "bf16"):
+        assert f[f"axpy.{precision}.path"] == f"torch {precision} axpy"
+        assert f[f"axpy.{precision}.software"] is False
+    assert result.skipped == [] and "software" not in result.summary
+    assert set(result.section("axpy").column("measures")) == {"bandwidth"}
+
+
+def test_axpy_timing_library_choice() -> None:
+    t = axpy_timing("fp16", 1 << 10, budget_s=0.01, library="numpy")
+    assert t.library == "numpy" and t.software
+    assert not axpy_timing("fp32", 1 << 10, budget_s=0.01, library="numpy").software
+    with pytest.raises(ValueError, match="library"):
+        axpy_timing("fp32", 1 << 10, library="cupy")
+
+
+def test_every_axpy_finding_is_documented(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "README.md").read_text() + (root / "docs" / "gemm.md").read_text()
+    monkeypatch.setitem(sys.modules, "torch", None)  # the core-install keys, skipped.torch_axpy included
+    keys = set(run(n=1 << 10, time_budget=0.01).findings)
+    for key in sorted(keys):
+        generic = re.sub(r"^axpy\.(fp32|fp16|bf16)\.", "axpy.<dtype>.", key)
+        leaf = generic.rsplit(".", 1)
+        documented = f"`{generic}`" in docs or (generic.startswith("axpy.<dtype>.") and f"`.{leaf[1]}`" in docs)
+        assert documented, f"finding {key} is not documented in the README or docs/gemm.md"

@@ -11,7 +11,7 @@ from precisionlab.cli.common import emit, lab_output_options, positive_int
 
 @click.command("axpy")
 @click.option("--backend", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
-              help="cpu: fastest of numpy and torch; gpu: Triton kernel and torch on a CUDA device.")
+              help="cpu: torch when installed, else numpy (its 16-bit rows are software); gpu: Triton, torch on CUDA.")
 @click.option("--n", "n", type=int, default=1 << 24, show_default=True, callback=positive_int,
               help="Elements per vector.")
 @click.option("--time-budget", type=float, default=0.3, show_default=True,

@@ -34,4 +34,7 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None) -> None:
     for result, seconds in zip(results, timings, strict=True):
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
                    f"{len(result.findings):>4} findings  {seconds:6.2f} s")
+    for result in results:
+        for part in result.skipped:
+            click.echo(f"skipped in {result.name}: {part.message()}")
     click.echo(f"wrote {out_dir / 'results.json'} and {out_dir / 'index.html'}")

@@ -4,12 +4,16 @@ These are hardware timings (real library kernels), as opposed to the exact emula
 whose time measures numpy bookkeeping and nothing about the formats. Each timing is the
 median of repeated calls after one warm-up call, within a small time budget.
 Byte counts are the compulsory traffic: each operand read once, each output written once.
+
+torch is an optional peer: without it the torch rows are absent and the callers report them
+as skipped. A timing whose arithmetic numpy emulates in software (numpy's float16 loops; bf16,
+which numpy lacks, kept as uint16 bit patterns) is marked `software=True`: its time measures
+that emulation, not the memory system.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import statistics
 import time
 from collections.abc import Callable
@@ -17,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from precisionlab.peers import install_hint, optional_import
+from precisionlab.rounding import round_to
 
 AXPY_ALPHA = 0.5
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -34,6 +41,8 @@ class Timing:
     flops: float
     bytes: float
     shape: str = ""
+    software: bool = False
+    """True when numpy emulates the arithmetic in software: the time measures that, not bandwidth."""
 
     @property
     def gflops(self) -> float:
@@ -49,7 +58,8 @@ class Timing:
 
 
 def torch_available() -> bool:
-    return importlib.util.find_spec("torch") is not None
+    """True when torch imports (a package that is found but fails to import counts as absent)."""
+    return optional_import("torch") is not None
 
 
 def median_seconds(fn: Callable[[], Any], budget_s: float = 0.3, min_repeats: int = 3, max_repeats: int = 50) -> float:
@@ -116,22 +126,33 @@ def copy_bandwidth(n: int = 1 << 24, budget_s: float = 0.3) -> Timing:
     return min(timings, key=lambda t: t.seconds)
 
 
-def axpy_timing(precision: str, n: int = 1 << 24, budget_s: float = 0.3) -> Timing:
+AXPY_LIBRARIES = ("numpy", "torch")
+
+
+def axpy_timing(precision: str, n: int = 1 << 24, budget_s: float = 0.3, library: str | None = None) -> Timing:
     """y = a·x + y over n elements: the fastest honest CPU path for the precision.
 
-    Candidates: torch `y.add_(x, alpha=a)` (one fused pass) and numpy (`multiply` then `add`
-    into preallocated buffers: two passes; bf16 through ml_dtypes). GB/s counts the
-    3 elements per element that an axpy must move (read x, read y, write y); FLOPs are 2n.
+    library=None picks: for fp32 the faster of numpy (`multiply` then `add` into preallocated
+    buffers: two passes) and torch (`y.add_(x, alpha=a)`, one fused pass); for fp16 and bf16
+    torch when it is installed (vectorised conversions, so the time is the memory traffic),
+    otherwise numpy, whose 16-bit paths are software (`Timing.software`): numpy's float16
+    ufuncs convert element by element, and bf16 is held as uint16 bit patterns (see
+    `bf16_axpy_step`). library='numpy' or 'torch' times that library only.
+    GB/s counts the 3 elements per element an axpy must move (read x, read y, write y); FLOPs are 2n.
     """
     if precision not in ELEMENT_BYTES:
         raise ValueError(f"axpy precisions are {', '.join(ELEMENT_BYTES)}, got {precision!r}")
-    candidates = [_axpy_numpy(precision, n, budget_s)]
-    if torch_available():
+    if library not in (None, *AXPY_LIBRARIES):
+        raise ValueError(f"axpy library must be one of {', '.join(AXPY_LIBRARIES)}, got {library!r}")
+    if library == "torch" and not torch_available():
+        raise ValueError(f"the torch axpy path needs torch ({install_hint('torch')})")
+    has_torch = library != "numpy" and torch_available()
+    candidates: list[Timing] = []
+    if library == "numpy" or not has_torch or precision == "fp32":
+        candidates.append(_axpy_numpy(precision, n, budget_s))
+    if has_torch:
         candidates.append(_axpy_torch(precision, n, budget_s))
-    measured = [c for c in candidates if c is not None]
-    if not measured:
-        raise ValueError(f"no CPU path for {precision} axpy (install torch or ml_dtypes)")
-    return min(measured, key=lambda t: t.seconds)
+    return min(candidates, key=lambda t: t.seconds)
 
 
 def _axpy_inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -139,15 +160,37 @@ def _axpy_inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return (1.0 - rng.random(n, dtype=np.float32)), (1.0 - rng.random(n, dtype=np.float32))
 
 
-def _axpy_numpy(precision: str, n: int, budget_s: float) -> Timing | None:
-    dtype: Any = {"fp32": np.float32, "fp16": np.float16}.get(precision)
-    if dtype is None and importlib.util.find_spec("ml_dtypes") is not None:
-        import ml_dtypes
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bf16 (nearest-even, by precisionlab's engine), as uint16 bit patterns."""
+    rounded = round_to(np.asarray(x, dtype=np.float32), "bf16")
+    return (rounded.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
-        dtype = ml_dtypes.bfloat16
-    if dtype is None:
-        return None
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bit patterns as float32 values (exact: bf16 is the top half of an fp32)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def bf16_axpy_step(alpha: np.float32, x_bits: np.ndarray, y_bits: np.ndarray) -> None:
+    """y ← bf16(fp32(alpha·x) + y) in place on uint16 bf16 bit patterns, numpy only.
+
+    Widen both operands to float32 (exact), multiply and add in float32 (what a CPU bf16 kernel
+    does), round the sum once to bf16 with precisionlab's engine, store the top 16 bits."""
+    total = bf16_values(x_bits) * alpha
+    total += bf16_values(y_bits)
+    y_bits[...] = bf16_bits(total)
+
+
+def _axpy_numpy(precision: str, n: int, budget_s: float) -> Timing:
     x32, y32 = _axpy_inputs(n)
+    moved = 3.0 * n * ELEMENT_BYTES[precision]
+    if precision == "bf16":
+        x_bits, y_bits = bf16_bits(x32), bf16_bits(y32)
+        alpha32 = np.float32(AXPY_ALPHA)
+        seconds = median_seconds(lambda: bf16_axpy_step(alpha32, x_bits, y_bits), budget_s)
+        return Timing("numpy bf16 axpy (uint16 bit patterns, fp32 math, software rounding)", "numpy", precision,
+                      seconds, 2.0 * n, moved, str(n), software=True)
+    dtype = np.float32 if precision == "fp32" else np.float16
     x, y = x32.astype(dtype), y32.astype(dtype)
     tmp = np.empty_like(x)
     alpha = np.asarray(AXPY_ALPHA, dtype=dtype)
@@ -157,8 +200,9 @@ def _axpy_numpy(precision: str, n: int, budget_s: float) -> Timing | None:
         np.add(y, tmp, out=y)
 
     seconds = median_seconds(step, budget_s)
-    return Timing(f"numpy {precision} axpy", "numpy", precision, seconds, 2.0 * n, 3.0 * n * ELEMENT_BYTES[precision],
-                  str(n))
+    software = precision != "fp32"
+    name = "numpy fp16 axpy (software fp16)" if software else f"numpy {precision} axpy"
+    return Timing(name, "numpy", precision, seconds, 2.0 * n, moved, str(n), software=software)
 
 
 def _axpy_torch(precision: str, n: int, budget_s: float) -> Timing:

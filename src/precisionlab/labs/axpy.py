@@ -3,19 +3,30 @@
 An axpy moves 3 elements per element (read x, read y, write y) for 2 FLOPs, so it is
 memory-bound everywhere: halving the element width halves the bytes, and the speedup
 should approach (but not reach) 2× while GB/s stays roughly equal across precisions.
+
+That holds only for a path that runs the 16-bit arithmetic natively (torch on the CPU,
+Triton on a GPU). numpy has no bf16 and emulates fp16 arithmetic in software, so without
+torch the 16-bit rows measure numpy's emulation, not bandwidth: the table, the summary and
+the findings `axpy.<precision>.software` say so, and the torch rows are listed as skipped.
 """
 
 from __future__ import annotations
 
 import math
 
-from precisionlab.gemm.timing import ELEMENT_BYTES, Timing, axpy_timing, copy_bandwidth
+from precisionlab.gemm.timing import ELEMENT_BYTES, Timing, axpy_timing, copy_bandwidth, torch_available
 from precisionlab.labs import Lab
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.peers import install_hint, missing_reason
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DEFAULT_N = 1 << 24
 BYTES_PER_ELEMENT_MOVED = 3
+NATIVE = "bandwidth"
+SOFTWARE = "numpy software arithmetic"
+SOFTWARE_NOTE = (" Rows measuring 'numpy software arithmetic' are not a bandwidth measurement: numpy's fp16 ufuncs "
+                 "convert each element in software, and bf16 (which numpy lacks) runs as uint16 bit patterns widened "
+                 "to fp32, added, and rounded back by precisionlab; their speedup says how slow that emulation is.")
 
 
 MAX_N = 1 << 28
@@ -34,19 +45,26 @@ def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> L
         raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
     copy = copy_bandwidth(n, time_budget)
     timings = [axpy_timing(p, n, time_budget) for p in PRECISIONS]
-    return assemble(timings, copy.gbps, f"CPU ({copy.name} ceiling)", {"n": n, "backend": backend})
+    result = assemble(timings, copy.gbps, f"CPU ({copy.name} ceiling)", {"n": n, "backend": backend})
+    if not torch_available():
+        result.skip("torch_axpy", "torch axpy rows (the native 16-bit CPU path)", missing_reason("torch"),
+                    install_hint("torch"), section="axpy")
+    return result
 
 
 def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict[str, Scalar]) -> LabResult:
     base = next(t for t in timings if t.precision == "fp32")
+    software = [t.precision for t in timings if t.software]
     findings: dict[str, Scalar] = {"machine.copy_gbps": copy_gbps}
     rows: list[list[Scalar]] = []
     for t in timings:
         speedup = base.seconds / t.seconds
         fraction = t.gbps / copy_gbps
         width = ELEMENT_BYTES[t.precision]
-        rows.append([t.precision, t.name, width * BYTES_PER_ELEMENT_MOVED, t.seconds * 1e3, t.gbps, speedup,
-                     float(base.bytes / t.bytes), fraction])
+        rows.append([t.precision, t.name, SOFTWARE if t.software else NATIVE, width * BYTES_PER_ELEMENT_MOVED,
+                     t.seconds * 1e3, t.gbps, speedup, float(base.bytes / t.bytes), fraction])
+        findings[f"axpy.{t.precision}.path"] = t.name
+        findings[f"axpy.{t.precision}.software"] = t.software
         findings[f"axpy.{t.precision}.ms"] = t.seconds * 1e3
         findings[f"axpy.{t.precision}.gbps"] = t.gbps
         findings[f"axpy.{t.precision}.fraction_of_copy"] = fraction
@@ -54,12 +72,12 @@ def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict
             findings[f"axpy.{t.precision}_speedup"] = speedup
     table = Table(
         key="axpy", title=f"y = a·x + y over {params['n']} elements on {machine}",
-        columns=["precision", "path", "bytes/elem", "ms/iter", "GB/s", "speedup vs fp32", "byte ratio",
+        columns=["precision", "path", "measures", "bytes/elem", "ms/iter", "GB/s", "speedup vs fp32", "byte ratio",
                  "fraction of copy"],
         rows=rows,
         note=("GB/s = 3·n·w / time (read x, read y, write y). A memory-bound kernel's speedup is at most the byte "
               "ratio; equal GB/s across rows is the signature of the bandwidth limit. fraction of copy: against the "
-              "measured copy bandwidth of the same machine."),
+              "measured copy bandwidth of the same machine." + (SOFTWARE_NOTE if software else "")),
         formats={"ms/iter": ".3f", "GB/s": ".3g", "speedup vs fp32": ".2f", "byte ratio": ".2f",
                  "fraction of copy": ".2f"},
     )
@@ -74,9 +92,19 @@ def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict
     return LabResult(
         name="axpy", title="Bandwidth: axpy in fp32, fp16 and bf16", sections=[table], figures=[figure],
         findings=findings, params=params,
-        summary=(f"fp16 runs {fp16:.2f}× the fp32 speed (byte ratio 2); copy ceiling {copy_gbps:.3g} GB/s."
-                 if isinstance(fp16, float) else ""),
+        summary=summary(fp16, copy_gbps, software),
     )
+
+
+def summary(fp16: Scalar, copy_gbps: float, software: list[str]) -> str:
+    if not isinstance(fp16, float):
+        return ""
+    speed = f"fp16 runs {fp16:.2f}× the fp32 speed (byte ratio 2); copy ceiling {copy_gbps:.3g} GB/s."
+    if not software:
+        return speed
+    return (f"{speed} The {' and '.join(software)} rows measure numpy's software 16-bit arithmetic, not bandwidth "
+            "(numpy emulates fp16 element by element and has no bf16, run here as uint16 bit patterns with fp32 math): "
+            f"install torch for the native 16-bit path: {install_hint('torch')}.")
 
 
 def run_gpu(n: int, device: str = "cuda") -> LabResult:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from precisionlab.gemm import ceilings as ceiling_options
 from precisionlab.gemm.roofline import Ceilings, roof_curve
 from precisionlab.gemm.study import VariantResult, k_sweep, predicted_from_ulp, run_variants
-from precisionlab.gemm.timing import Timing, copy_bandwidth, matmul_timings
+from precisionlab.gemm.timing import Timing, copy_bandwidth, matmul_timings, torch_available
 from precisionlab.gemm.traffic import check_sizes
 from precisionlab.gemm.variants import (
     BLOCK_K,
@@ -26,6 +26,7 @@ from precisionlab.gemm.variants import (
 )
 from precisionlab.labs import Lab
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.peers import install_hint, missing_reason
 
 Stage = Callable[[str], None]
 K_SWEEP = (128, 256, 512, 1024, 2048, 4096)
@@ -75,10 +76,14 @@ def run(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = 
     copy = copy_bandwidth(budget_s=time_budget)
     note("building the roofline")
     measured = measured_ceilings(hardware, copy)
-    return assemble(square, gemv, bits, sweeps, hardware, copy, measured, datasheet,
-                    params={"size": size, "gemv_size": gemv_size, "tile": tile, "acc_bits": acc_bits,
-                            "acc_rounding": acc_rounding, "k_max": k_max, "sweep_outputs": sweep_outputs,
-                            "seed": seed, "backend": backend})
+    result = assemble(square, gemv, bits, sweeps, hardware, copy, measured, datasheet,
+                      params={"size": size, "gemv_size": gemv_size, "tile": tile, "acc_bits": acc_bits,
+                              "acc_rounding": acc_rounding, "k_max": k_max, "sweep_outputs": sweep_outputs,
+                              "seed": seed, "backend": backend})
+    if not torch_available():
+        result.skip("torch_matmul", "torch fp32 / bf16 / fp16 matmul timings (and their roofline ceilings)",
+                    missing_reason("torch"), install_hint("torch"), section="hardware")
+    return result
 
 
 def check_options(size: int = 256, gemv_size: int = 2048, tile: int = 32, acc_bits: int = NARROW_ACC_BITS,

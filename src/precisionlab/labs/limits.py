@@ -31,6 +31,7 @@ from precisionlab.numerics.variance import (
     two_pass_variance_fp32,
     welford_variance_fp32,
 )
+from precisionlab.peers import install_hint, missing_reason
 from precisionlab.rounding import encode, round_to, ulp
 
 Progress = Callable[[str], None]
@@ -88,7 +89,7 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
     sections.append(variance_table(variance_n, drift_n, seed, findings))
     say("fp8 variants")
     sections += [fp8_trap_table(findings), fp8_crosscheck_table(findings)]
-    return LabResult(
+    result = LabResult(
         name="limits",
         title="Limits: what each format can and cannot represent, every hazard beside its fix",
         sections=sections,
@@ -102,6 +103,12 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
                  "weights, accumulate in fp32 (or pairwise), compare reductions with a tolerance, subtract the "
                  "mean before squaring, and know which E4M3 your hardware means."),
     )
+    checked = str(findings["vendor_crosscheck.libraries"]).split(", ")
+    for library in VENDOR_LIBRARIES:
+        if library not in checked:
+            result.skip(f"vendor_crosscheck.{library}", f"the {library} column of the fp8 code cross-check",
+                        missing_reason(library), install_hint(library), section="fp8_crosscheck")
+    return result
 
 
 # --- options ------------------------------------------------------------------------------
@@ -526,6 +533,8 @@ def variance_table(n: int, drift_n: int, seed: int, findings: dict[str, Scalar])
 # --- section 8: the two E4M3s -------------------------------------------------------------------
 
 
+VENDOR_LIBRARIES = ("ml_dtypes", "torch")
+"""The libraries the fp8 codes are cross-checked against (both optional)."""
 TRAP_CODES = (0x00, 0x01, 0x08, 0x38, 0x40, 0x77, 0x78, 0x7E, 0x7F, 0x80, 0xC0, 0xFE, 0xFF)
 
 
@@ -567,7 +576,7 @@ def fp8_crosscheck_table(findings: dict[str, Scalar]) -> Table:
         values = all_codes(name)
         result = vendor_mismatches(name)
         cells: list[Scalar] = []
-        for library in ("ml_dtypes", "torch"):
+        for library in VENDOR_LIBRARIES:
             count = result[library]
             if count is None:
                 cells.append("skipped: not installed")

@@ -2,7 +2,9 @@
 
 A LabResult holds sections (each one table with a short note), figures (series of
 points described as data; `report.plots` draws them) and `findings`: the headline
-numbers under stable dotted keys, which users and scripts check.
+numbers under stable dotted keys, which users and scripts check. A part that could not
+run because an optional peer is missing is listed in `skipped` (with the reason and how
+to install the peer) and under the finding `skipped.<key>`; the rest of the lab runs.
 """
 
 from __future__ import annotations
@@ -70,6 +72,23 @@ class Figure:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A part of a lab that did not run, and why.
+
+    key: stable id (also the finding `skipped.<key>`); what: the part, in words;
+    reason: e.g. 'torch is not installed'; install: the command that brings the peer.
+    """
+
+    key: str
+    what: str
+    reason: str
+    install: str
+
+    def message(self) -> str:
+        return f"{self.what}: skipped, {self.reason} (install: {self.install})"
+
+
 @dataclass
 class LabResult:
     name: str
@@ -79,6 +98,17 @@ class LabResult:
     findings: dict[str, Scalar] = field(default_factory=dict)
     params: dict[str, Scalar] = field(default_factory=dict)
     summary: str = ""
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def skip(self, key: str, what: str, reason: str, install: str, section: str | None = None) -> None:
+        """Record a part that did not run: in `skipped`, as the finding `skipped.<key>` = reason, and,
+        when it belongs to a table (section = its key), at the end of that table's note."""
+        record = Skipped(key, what, reason, install)
+        self.skipped.append(record)
+        self.findings[f"skipped.{key}"] = reason
+        if section is not None:
+            table = self.section(section)
+            table.note = f"{table.note} Skipped: {record.message()}.".strip()
 
     def section(self, key: str) -> Table:
         for table in self.sections:
@@ -95,6 +125,8 @@ class LabResult:
                 "summary": self.summary,
                 "params": self.params,
                 "findings": self.findings,
+                "skipped": [{"key": s.key, "what": s.what, "reason": s.reason, "install": s.install}
+                            for s in self.skipped],
                 "sections": [
                     {"key": t.key, "title": t.title, "note": t.note, "columns": t.columns, "rows": t.rows}
                     for t in self.sections

@@ -13,13 +13,12 @@ tensor scale take one extra read-only pass for the statistics.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from precisionlab import parallel as thread_pool
 from precisionlab.quant import qparams as qp
 from precisionlab.quant.blocks import Layout, canonical_view, from_view, layout, to_view
 from precisionlab.quant.elements import Codec, codec, pair_table
@@ -85,11 +84,7 @@ def _tasks(lay: Layout, bits: int) -> list[Task]:
 
 
 def _run(tasks: list[Task], fn: Callable[[Task], Any], total: int) -> list[Any]:
-    if total < PARALLEL_MIN or len(tasks) < 2:
-        return [fn(t) for t in tasks]
-    workers = min(len(tasks), os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(fn, tasks))
+    return thread_pool.map_tasks(fn, tasks, parallel=total >= PARALLEL_MIN)
 
 
 def _load(view: np.ndarray, lay: Layout, task: Task, dtype: type[np.floating]) -> np.ndarray:

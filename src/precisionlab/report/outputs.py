@@ -61,6 +61,8 @@ def render_html(results: Sequence[LabResult]) -> str:
         parts.append(f"<h2 id='{result.name}'>{html.escape(result.title)}</h2>")
         if result.summary:
             parts.append(f"<p>{html.escape(result.summary)}</p>")
+        for part in result.skipped:
+            parts.append(f"<p class='skipped'><b>skipped</b> {html.escape(part.message())}</p>")
         for table in result.sections:
             parts.append(f"<h3>{html.escape(table.title)}</h3><table><tr>")
             parts.append("".join(f"<th>{html.escape(c)}</th>" for c in table.columns) + "</tr>")

@@ -59,6 +59,10 @@ def render(result: LabResult, console: Console | None = None, findings: bool = T
     if result.summary:
         console.print(escape(result.summary))
         console.print()
+    for part in result.skipped:
+        console.print(f"[yellow]skipped[/yellow] {escape(part.message())}")
+    if result.skipped:
+        console.print()
     for table in result.sections:
         render_table(console, table)
     if findings and result.findings:

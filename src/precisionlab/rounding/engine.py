@@ -38,13 +38,12 @@ negatives (and 0, when it has no zero code) become its smallest value.
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from precisionlab import parallel as thread_pool
 from precisionlab.formats import FloatFormat, IntFormat, Overflow, get_float_format
 from precisionlab.rounding.modes import NanPolicy, Rounding
 
@@ -318,28 +317,13 @@ def round_int_chunk(x: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanP
 
 
 # --------------------------------------------------------------------------- driver
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="precisionlab")
-    return _POOL
-
-
 def map_chunks(func, flat: np.ndarray, out: np.ndarray, parallel: bool) -> None:  # type: ignore[no-untyped-def]
-    """out[i:j] = func(flat[i:j]) over cache-sized chunks, on a thread pool when asked."""
-    starts = range(0, flat.size, CHUNK)
+    """out[i:j] = func(flat[i:j]) over cache-sized chunks, on the shared thread pool when asked."""
 
     def one(start: int) -> None:
         out[start : start + CHUNK] = func(flat[start : start + CHUNK])
 
-    if parallel and flat.size >= PARALLEL_MIN and (os.cpu_count() or 1) > 1:
-        list(_pool().map(one, starts))
-    else:
-        for start in starts:
-            one(start)
+    thread_pool.map_tasks(one, range(0, flat.size, CHUNK), parallel=parallel and flat.size >= PARALLEL_MIN)
 
 
 def round_float_array(flat: np.ndarray, plan: FloatPlan, rng: np.random.Generator | None) -> np.ndarray:

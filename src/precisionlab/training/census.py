@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from precisionlab.errors import InputTypeError
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.rounding import round_to
 
@@ -73,7 +74,7 @@ def from_values(values: np.ndarray, source: str = "array") -> GradientSample:
     """A sample of raw gradient values (any shape, any float dtype): weight 1 each."""
     arr = np.asarray(values)
     if arr.dtype.kind != "f":
-        raise TypeError(f"{source}: gradients must be floating point, got dtype {arr.dtype}")
+        raise InputTypeError(f"{source}: gradients must be floating point, got dtype {arr.dtype}")
     if arr.size == 0:
         raise ValueError(f"{source} holds no values")
     flat = np.abs(arr.astype(np.float64).reshape(-1))
