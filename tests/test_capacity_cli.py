@@ -13,7 +13,7 @@ from tests.test_capacity_config import LLAMA3_8B_CONFIG
 def findings(run_cli, *args: str) -> dict:  # type: ignore[no-untyped-def]
     result = run_cli("capacity", "--json", *args)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)["findings"]
+    return json.loads(result.stdout)["findings"]
 
 
 def test_required_findings(run_cli) -> None:  # type: ignore[no-untyped-def]

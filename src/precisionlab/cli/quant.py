@@ -1,4 +1,4 @@
-"""`precisionlab quant`: Lab 3 (demo), Exercise 3 (drill), and schemes compared on your tensors.
+"""`precisionlab quant`: the outlier demo, the per-group int8 drill, and schemes compared on your tensors.
 
     precisionlab quant demo [--cols N --ratio R --window W]
     precisionlab quant drill [--seed S]
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress_bar
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress
 
 
 @click.group("quant")
@@ -28,7 +28,7 @@ def COMMAND() -> None:
               help="Delayed-scaling amax history length.")
 @lab_output_options
 def demo(cols: int, ratio: float, window: int, as_json: bool, out_dir: Path | None) -> None:
-    """Lab 3: per-tensor vs per-row int8, an outlier row in fp16, block formats, FP8 delayed scaling."""
+    """Outlier demo: per-tensor vs per-row int8, an outlier row in fp16, block formats, FP8 delayed scaling."""
     from precisionlab.labs.quant_demo import run
 
     if not 0 < ratio <= 1e5:  # the outlier row (amax ~0.07 * ratio) must stay inside fp16 for outliers=1
@@ -40,7 +40,7 @@ def demo(cols: int, ratio: float, window: int, as_json: bool, out_dir: Path | No
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the deterministic matrix.")
 @lab_output_options
 def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
-    """Exercise 3: per-tensor, per-row and g = 128..8 int8 with fp16 scales; outlier alignment."""
+    """Per-group int8 drill: per-tensor, per-row and g = 128..8 int8 with fp16 scales; outlier alignment."""
     from precisionlab.labs.quant_drill import run
 
     emit(run(seed=seed), as_json, out_dir)
@@ -58,7 +58,7 @@ def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path |
 
     chosen = list(quant_compare.split_schemes(schemes)) or list(quant_compare.DEFAULT_SCHEMES)
     total = quant_compare.progress_total(file, chosen)
-    with progress_bar(total, "quantizing") as advance:
+    with progress(total, "quantizing") as advance:
         result = quant_compare.compare(file, chosen, progress=advance)
     emit(result, as_json, out_dir)
 
@@ -74,6 +74,6 @@ def save(file: Path, scheme: str, output: Path, as_json: bool, out_dir: Path | N
     from precisionlab.labs import quant_compare
 
     total = len(quant_compare.iter_tensors(file)[0])
-    with progress_bar(total, "quantizing") as advance:
+    with progress(total, "quantizing") as advance:
         result = quant_compare.quantize_file(file, scheme, output, progress=advance)
     emit(result, as_json, out_dir)
