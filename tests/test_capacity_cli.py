@@ -88,7 +88,7 @@ def test_terminal_output_and_plots(run_cli, tmp_path: Path) -> None:  # type: ig
     (("--model", "gpt5"), "unknown model 'gpt5'"),
     (("--gpu", "h1000"), "unknown accelerator"),
     (("--reserve", "1.5"), "reserve"),
-    (("--config", "missing.json"), "cannot read model config"),
+    (("--config", "missing.json"), "error: no such file: missing.json"),
 ])
 def test_bad_input_is_one_line_exit_2(run_cli, args: tuple[str, ...], message: str) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("capacity", *args)

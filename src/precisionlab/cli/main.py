@@ -192,7 +192,7 @@ def _discover(group: click.Group) -> None:
             group.add_command(command)
 
 
-@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("precisionlab", cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="precisionlab")
 @click.option("--debug", is_flag=True,
               help=f"Print the full traceback of any error (also: {DEBUG_ENV}=1).")

@@ -84,7 +84,7 @@ details{margin:.8rem 0}
 }
 """
 
-WIDE = ("command", "options", "os", "cpu", "git commit")
+WIDE = ("command", "options", "host", "versions", "git_commit")
 """Provenance fields given a whole line of their own."""
 SUMMARY_LIMIT = 240
 """A lab's headline in the summary is its summary's first sentence, cut to about this many characters."""
@@ -244,16 +244,18 @@ def _e(text: object) -> str:
 
 
 def _provenance(provenance: Mapping[str, object]) -> str:
-    rows = "".join(f"<div class='{'wide' if key in WIDE else ''}'><dt>{_e(key)}</dt>"
+    rows = "".join(f"<div class='{'wide' if key in WIDE else ''}'><dt>{_e(key.replace('_', ' '))}</dt>"
                    f"<dd>{_code(key, value)}</dd></div>"
                    for key, value in provenance.items() if value not in (None, ""))
     return f"<section class='provenance' aria-label='How this report was made'><dl>{rows}</dl></section>"
 
 
 def _code(key: str, value: object) -> str:
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and key == "options":
         return ", ".join(f"<code>{_e(k)}={_e(v)}</code>" for k, v in value.items())
-    if key in ("command", "git commit"):
+    if isinstance(value, Mapping):
+        return " · ".join(f"{_e(k)} {_e(v)}" for k, v in value.items())
+    if key in ("command", "git_commit"):
         return f"<code>{_e(value)}</code>"
     return _e(value)
 

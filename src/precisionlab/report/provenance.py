@@ -102,7 +102,9 @@ def command_line(argv: Sequence[str]) -> str:
 
 def collect(argv: Sequence[str] | None = None, options: Mapping[str, object] | None = None,
             now: _dt.datetime | None = None) -> dict[str, object]:
-    """The provenance record written into results.json and shown at the top of the report.
+    """The provenance record written into results.json and shown at the top of the report:
+    precisionlab, git_commit (None outside a checkout), date (UTC, ISO 8601), host {cpu, gpu, os},
+    python, versions {library: installed version or 'not installed'}, command, options.
 
     argv: the arguments after `precisionlab` as typed; options: the command's resolved options
     (defaults included)."""
@@ -111,14 +113,12 @@ def collect(argv: Sequence[str] | None = None, options: Mapping[str, object] | N
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc)
     record: dict[str, object] = {
         "precisionlab": __version__,
-        "git commit": git_commit(),
+        "git_commit": git_commit(),
         "date": stamp.isoformat(timespec="seconds"),
-        "cpu": cpu_name(),
-        "gpu": gpu_names(),
-        "os": platform.platform(),
+        "host": {"cpu": cpu_name(), "gpu": gpu_names(), "os": platform.platform()},
         "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "versions": {name: installed_version(name) for name in LIBRARIES},
     }
-    record.update({name: installed_version(name) for name in LIBRARIES})
     if argv is not None:
         record["command"] = command_line(argv)
     if options is not None:
