@@ -7,7 +7,8 @@ image must have loaded, every contents and summary link must land on an element,
 must hold no error. A screenshot of each width is saved beside the report (screenshot-<width>.png).
 
 Needs selenium (pip) and Chromium with its driver (Debian: apt-get install chromium chromium-driver;
-.ci/run installs them); without them the tests skip and say which is missing.
+.ci/run installs them); without them the tests skip and say which is missing, unless
+PRECISIONLAB_REQUIRE_BROWSER=1 (set by .ci/run after installing them), which makes that a failure.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def browser_paths() -> tuple[str, str]:
     browser, driver = _first(BROWSERS), _first(DRIVERS)
     if browser is None or driver is None:
         missing = " and ".join(n for n, p in (("a Chromium browser", browser), ("chromedriver", driver)) if p is None)
-        pytest.skip(f"no {missing} installed (Debian: apt-get install chromium chromium-driver; .ci/run does it)")
+        reason = f"no {missing} installed (Debian: apt-get install chromium chromium-driver; .ci/run does it)"
+        if os.environ.get("PRECISIONLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)  # CI installed the browser: a skip here would hide a broken install
+        pytest.skip(reason)
     return browser, driver
 
 
