@@ -66,3 +66,12 @@ def fp8_table(fmt: str) -> np.ndarray:
     table = np.asarray(decode(np.arange(256, dtype=np.uint8), fmt), dtype=np.float32).copy()
     table.flags.writeable = False
     return table
+
+
+def canonical_scheme(spec: str | None) -> str | None:
+    """The canonical spelling of a scheme string (options in the grammar's order), None passes."""
+    if spec is None:
+        return None
+    from precisionlab.quant.scheme import parse_scheme
+
+    return str(parse_scheme(spec))

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab.interop.checkpoint import UNKNOWN, CheckpointTensor, PartRef
-from precisionlab.interop.readers.common import FLOAT_DTYPES, float_values, round_to
+from precisionlab.interop.readers.common import FLOAT_DTYPES, canonical_scheme, float_values, round_to
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 """AutoAWQ's nibble order: nibble k of a word holds column 8w + AWQ_ORDER[k]."""
@@ -149,7 +149,8 @@ def build_gptq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: 
                "int_range": "full" if sym else None}
     gran = "row" if n_groups == 1 else f"g{group}"
     scheme = (f"int{bits}:{gran}:range=full" if sym else f"uint{bits}:{gran}") + _scale_option(sc.stored_dtype)
-    return CheckpointTensor(name, f"gptq:{version}", None if desc_act else scheme, (out, inputs), qw.file, refs,
+    return CheckpointTensor(name, f"gptq:{version}", None if desc_act else canonical_scheme(scheme), (out, inputs),
+                            qw.file, refs,
                             "gptq", details)
 
 
@@ -207,7 +208,8 @@ def build_awq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: l
     details = {"bits": 4, "group_size": group, "in_features": inputs, "out_features": out, "zero_point": zero_point,
                "scale_dtype": FLOAT_DTYPES[sc.stored_dtype], "nibble_order": list(AWQ_ORDER)}
     gran = "row" if n_groups == 1 else f"g{group}"
-    return CheckpointTensor(name, "awq:gemm", f"uint4:{gran}" + _scale_option(sc.stored_dtype), (out, inputs),
+    return CheckpointTensor(name, "awq:gemm", canonical_scheme(f"uint4:{gran}" + _scale_option(sc.stored_dtype)),
+                            (out, inputs),
                             qw.file, refs, "awq", details)
 
 
@@ -268,7 +270,8 @@ def build_pack_quantized(name: str, refs: dict[str, PartRef], args: dict[str, An
     if bits in (2, 4, 8):
         head = f"int{bits}" + (f":{gran}" if gran else "")
         scheme = head + (":range=full" if symmetric else ":asym") + _scale_option(ws.stored_dtype)
-    return CheckpointTensor(name, "compressed-tensors:pack-quantized", scheme, (rows, cols), wp.file, refs,
+    return CheckpointTensor(name, "compressed-tensors:pack-quantized", canonical_scheme(scheme), (rows, cols),
+                            wp.file, refs,
                             "pack_quantized", details)
 
 
