@@ -43,7 +43,9 @@ def _granularity(shape: tuple[int, ...], scale_shape: tuple[int, ...], block: li
         return "row", (1, cols)
     if len(scale_shape) == 2:
         sizes = [block] if block else [[128, 128]]
-        sizes.append([-(-rows // scale_shape[0]), -(-cols // scale_shape[1])])
+        inferred = [-(-rows // scale_shape[0]), -(-cols // scale_shape[1])]
+        if all(v > 0 and v & (v - 1) == 0 for v in inferred):  # power-of-two blocks only, when guessing
+            sizes.append(inferred)
         for br, bc in sizes:
             if br > 0 and bc > 0 and (-(-rows // br), -(-cols // bc)) == scale_shape:
                 return f"block{br}x{bc}", (br, bc)

@@ -148,7 +148,8 @@ def build_gptq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: 
                "version_source": why, "sym": sym, "desc_act": desc_act, "scale_dtype": FLOAT_DTYPES[sc.stored_dtype],
                "int_range": "full" if sym else None}
     gran = "row" if n_groups == 1 else f"g{group}"
-    scheme = (f"int{bits}:{gran}:range=full" if sym else f"uint{bits}:{gran}") + _scale_option(sc.stored_dtype)
+    asym = f"uint{bits}:{gran}" if bits in (4, 8) else f"int{bits}:{gran}:asym"  # no uint2 element: same grid
+    scheme = (f"int{bits}:{gran}:range=full" if sym else asym) + _scale_option(sc.stored_dtype)
     return CheckpointTensor(name, f"gptq:{version}", None if desc_act else canonical_scheme(scheme), (out, inputs),
                             qw.file, refs,
                             "gptq", details)
