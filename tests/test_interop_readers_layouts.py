@@ -9,7 +9,6 @@ started from (not from the file).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 import precisionlab as pl
+from tests.interop_writers import AWQ_ORDER, pack_lanes, write
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
@@ -28,27 +28,6 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 # --------------------------------------------------------------------------- test-side writers
-def pack_lanes(values: np.ndarray, bits: int, axis: int, order: tuple[int, ...] | None = None) -> np.ndarray:
-    """Pack unsigned codes into int32 words along `axis`: lane k of a word takes element
-    per * word + order[k] (AutoAWQ's order_map) or per * word + k (AutoGPTQ)."""
-    per = 32 // bits
-    v = np.moveaxis(np.asarray(values, dtype=np.uint64), axis, 0)
-    words = np.zeros((v.shape[0] // per, *v.shape[1:]), dtype=np.uint64)
-    for k in range(per):
-        source = order[k] if order is not None else k
-        words |= (v[source::per] & np.uint64((1 << bits) - 1)) << np.uint64(bits * k)
-    return np.moveaxis(words.astype(np.uint32).view(np.int32), 0, axis)
-
-
-def write(directory: Path, tensors: dict[str, Any], config: dict[str, Any] | None = None,
-          config_name: str = "config.json") -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    st.save_file({k: (torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v.contiguous())
-                  for k, v in tensors.items()}, str(directory / "model.safetensors"))
-    if config is not None:
-        (directory / config_name).write_text(json.dumps(config))
-
-
 def gptq_case(rng: np.random.Generator, inputs: int, out: int, group: int, bits: int, version: str, sym: bool,
               act_order: bool = False) -> dict[str, Any]:
     """Codes, zero points, fp16 scales and g_idx of one GPTQ Linear, and the expected (out, in) weight."""
@@ -125,9 +104,6 @@ def test_gptq_3bit_is_unknown_and_reading_goes_on(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- AWQ
-AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # AutoAWQ gemm.py order_map, typed from the cited source
-
-
 def awq_case(rng: np.random.Generator, inputs: int, out: int, group: int) -> dict[str, Any]:
     n_groups = inputs // group
     q = rng.integers(0, 16, size=(inputs, out))
