@@ -221,6 +221,8 @@ def nibble_order(t: CheckpointTensor) -> CheckResult:
 
     orders = _orders()
     layout = t.layout
+    declared: tuple[int, ...]
+    z: np.ndarray | None
     if layout == "awq:gemm":
         q, z, scales = pi.awq_codes(t)
         declared = pi.AWQ_ORDER
