@@ -183,6 +183,15 @@ def test_out_writes_report_and_records(run_cli: Any, sharded: Path, tmp_path: Pa
     assert len(shard_lines) == 2 and shard_lines[-1].endswith("(2/2 files, 5/5 tensors)")
 
 
+def test_on_a_terminal_a_progress_bar_replaces_the_file_lines(run_cli: Any, sharded: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich then treats stderr as a terminal
+    result = run_cli("audit", str(sharded), "--json")
+    assert result.exit_code == 0, result.output
+    assert "100%" in result.stderr and "audited model-" not in result.stderr
+    assert json.loads(result.stdout)["findings"]["audit.totals.tensors"] == 5  # stdout stays clean JSON
+
+
 # --------------------------------------------------------------------------- resuming
 def test_rerun_skips_done_tensors_and_recomputes_a_torn_one(run_cli: Any, sharded: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
