@@ -137,10 +137,12 @@ def test_audit_findings_on_a_sharded_checkpoint(run_cli: Any, sharded: Path) -> 
     assert data["figures"] == []  # no --schemes: no error to plot
 
 
-def test_index_file_and_directory_give_the_same_audit(run_cli: Any, sharded: Path) -> None:
-    by_dir = run_json(run_cli, str(sharded))
-    by_index = run_json(run_cli, str(sharded / "model.safetensors.index.json"))
-    assert by_dir["findings"] == by_index["findings"]
+def test_index_file_and_directory_give_the_same_audit(run_cli: Any, sharded: Path, tmp_path: Path) -> None:
+    by_dir = run_json(run_cli, str(sharded), "--out", str(tmp_path / "out"))
+    result = run_cli("audit", str(sharded / "model.safetensors.index.json"), "--out", str(tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    assert "resuming: 5 of 5 tensors" in result.stderr  # the same checkpoint: its results are reused
+    assert json.loads(result.stdout)["findings"] == by_dir["findings"]
 
 
 def test_requant_totals_are_the_whole_checkpoint_error(run_cli: Any, sharded: Path) -> None:
@@ -492,3 +494,35 @@ def test_check_results_become_findings_flags_and_totals(run_cli: Any, sharded: P
     flags = next(s for s in data["sections"] if s["key"] == "flags")
     assert sorted(row[0] for row in flags["rows"]) == sorted(flagged)
     assert flags["rows"][0][1:] == ["scale_vs_amax", "scales disagree", "ratio=2"]
+
+
+def test_a_convention_mix_up_is_flagged_in_the_audit(run_cli: Any, tmp_path: Path) -> None:
+    """fp8 E4M3 FNUZ bits stored under the OCP dtype: the FNUZ top code 0x7F is NaN in OCP E4M3."""
+    torch = pytest.importorskip("torch", reason="fp8 test files are written with torch and safetensors.torch")
+    from safetensors.torch import save_file
+
+    w = torch.from_numpy(np.random.default_rng(5).standard_normal((32, 64)).astype(np.float32))
+    ocp_scale = w.abs().amax() / 448
+    fnuz_scale = w.abs().amax() / 240
+    fnuz = (w / fnuz_scale).to(torch.float8_e4m3fnuz)
+    files = {
+        "right": {"w.weight": (w / ocp_scale).to(torch.float8_e4m3fn), "w.weight_scale": ocp_scale.reshape(1)},
+        "wrong": {"w.weight": fnuz.view(torch.int8).view(torch.float8_e4m3fn), "w.weight_scale": fnuz_scale.reshape(1)},
+    }
+    found = {}
+    for label, tensors in files.items():
+        save_file(tensors, str(tmp_path / f"{label}.safetensors"))
+        found[label] = run_json(run_cli, str(tmp_path / f"{label}.safetensors"), "-s", "int8:row")
+    right, wrong = found["right"]["findings"], found["wrong"]["findings"]
+    assert right["audit.tensors.w.weight.layout"] == wrong["audit.tensors.w.weight.layout"] == "fp8:e4m3fn"
+    assert right["audit.tensors.w.weight.checks.fp8_encoding"] is False
+    assert wrong["audit.tensors.w.weight.checks.fp8_encoding"] is True
+    assert (right["audit.totals.checks.fp8_encoding"], wrong["audit.totals.checks.fp8_encoding"]) == (0, 1)
+    assert wrong["audit.totals.tensors_flagged"] == 1 and wrong["audit.totals.errors"] == 0
+    flags = next(s for s in found["wrong"]["sections"] if s["key"] == "flags")
+    assert [row[:2] for row in flags["rows"]] == [["w.weight", "fp8_encoding"]]
+    # the mislabelled file decodes NaNs: they are counted and left out, and re-quantizing is skipped
+    assert right["audit.tensors.w.weight.nonfinite"] == 0 < wrong["audit.tensors.w.weight.nonfinite"]
+    assert wrong["audit.totals.nonfinite"] == wrong["audit.tensors.w.weight.nonfinite"]
+    assert wrong["audit.tensors.w.weight.amax"] < 500 and "audit.tensors.w.weight.requant.int8:row.rel_err" not in wrong
+    assert "audit.tensors.w.weight.requant.int8:row.rel_err" in right

@@ -67,12 +67,8 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Any:
 
 def checks_for(tensor: Any, checkpoint: Any) -> list[Any]:
     """The convention checks of one tensor (`interop.checks.run_checks`)."""
-    try:
-        from precisionlab.interop.checks import run_checks
-    except ModuleNotFoundError as exc:  # TEMPORARY: until interop.checks lands, no checks run
-        if exc.name != "precisionlab.interop.checks":
-            raise
-        return []
+    from precisionlab.interop.checks import run_checks
+
     return list(run_checks(tensor, checkpoint))
 
 
@@ -308,6 +304,12 @@ def _file_identity(checkpoint: Any) -> dict[str, list[int]]:
     return out
 
 
+def _identity_path(path: Path) -> str:
+    """The checkpoint as the results log names it: a directory with an index is that index."""
+    index = path / "model.safetensors.index.json"
+    return str((index if path.is_dir() and index.is_file() else path).resolve())
+
+
 def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
                results_dir: str | os.PathLike[str] | None = None) -> AuditPlan:
     """Open the checkpoint (a ValueError / OSError for a missing or unreadable one) and, with results_dir,
@@ -318,7 +320,7 @@ def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
     files = {n: Path(str(checkpoint[n].source_file)).name for n in names}
     plan = AuditPlan(Path(path), checkpoint, names, files, chosen)
     if results_dir is not None:
-        header = {"kind": "audit", "version": RECORD_VERSION, "checkpoint": str(Path(path).resolve()),
+        header = {"kind": "audit", "version": RECORD_VERSION, "checkpoint": _identity_path(Path(path)),
                   "schemes": chosen, "files": _file_identity(checkpoint)}
         plan.log = ResultsLog(Path(results_dir) / RESULTS_NAME, header)
         latest = {str(r.get("name")): r for r in plan.log.open() if r.get("kind") == "tensor"}  # last one wins
@@ -407,6 +409,7 @@ def totals(run: AuditRun) -> dict[str, Any]:
     out["amax"] = max((v for v in amaxes if v is not None), default=None)
     ratios = [_stat(r, "outlier_ratio") for r in records]
     out["outlier_ratio_max"] = max((v for v in ratios if v is not None and not math.isnan(v)), default=None)
+    out["nonfinite"] = sum(int((r.get("stats") or {}).get("nonfinite") or 0) for r in records)
     layouts: dict[str, list[int]] = {}
     for r in sized:
         entry = layouts.setdefault(str(r["layout"]), [0, 0, 0])

@@ -36,6 +36,7 @@ def tensor_findings(record: dict[str, Any]) -> dict[str, Scalar]:
         f"{key}.amax": _num(stats.get("amax")),
         f"{key}.rms": _num(stats.get("rms")),
         f"{key}.outlier_ratio": _num(stats.get("outlier_ratio")),
+        f"{key}.nonfinite": stats.get("nonfinite"),
     }
     for check, result in (record.get("checks") or {}).items():
         out[f"{key}.checks.{check}"] = bool(result["flagged"])
