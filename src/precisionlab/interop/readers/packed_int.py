@@ -175,10 +175,32 @@ def gptq_codes(t: CheckpointTensor, version: str | None = None) -> tuple[np.ndar
     return q, z, scales, g_idx
 
 
+ROWS_PER_CHUNK = 1024
+"""Input rows decoded at a time by the GPTQ / AWQ decoders (bounds their temporaries)."""
+
+
 def decode_gptq(t: CheckpointTensor) -> np.ndarray:
-    q, z, scales, g_idx = gptq_codes(t)
-    w = scales[g_idx] * (q.astype(np.int16) - z[g_idx]).astype(np.float32)
-    return np.ascontiguousarray(round_to(w, t.details["scale_dtype"]).T)
+    d = t.details
+    parts = t.parts()
+    bits = d["bits"]
+    per = WORD_BITS // bits
+    z = unpack_words(parts["qzeros"], bits, axis=1)[:, : d["out_features"]].astype(np.int16)
+    if d["version"] == "v1":
+        z = z + np.int16(1)
+    scales = float_values(parts["scales"], t.refs["scales"].stored_dtype)
+    g_idx = (np.asarray(parts["g_idx"], dtype=np.int64) if "g_idx" in parts
+             else np.arange(d["in_features"]) // d["group_size"])
+    if g_idx.size and (g_idx.min() < 0 or g_idx.max() >= scales.shape[0]):
+        raise ValueError(f"{t.name}: g_idx points outside the {scales.shape[0]} groups")
+    out = np.empty(t.shape, dtype=np.float32)  # (out, in)
+    words = parts["qweight"]
+    step = max(per, ROWS_PER_CHUNK // per * per)
+    for r0 in range(0, d["in_features"], step):
+        q = unpack_words(np.asarray(words[r0 // per : (r0 + step) // per]), bits, axis=0)
+        g = g_idx[r0 : r0 + q.shape[0]]
+        w = scales[g] * (q.astype(np.int16) - z[g]).astype(np.float32)
+        out[:, r0 : r0 + q.shape[0]] = round_to(w, d["scale_dtype"]).T
+    return out
 
 
 # --------------------------------------------------------------------------- AWQ
@@ -225,10 +247,17 @@ def awq_codes(t: CheckpointTensor, order: tuple[int, ...] | None = AWQ_ORDER, ze
 
 
 def decode_awq(t: CheckpointTensor) -> np.ndarray:
-    q, z, scales = awq_codes(t)
-    g = np.arange(t.details["in_features"]) // t.details["group_size"]
-    w = (q.astype(np.int16) - z[g]).astype(np.float32) * scales[g]
-    return np.ascontiguousarray(round_to(w, t.details["scale_dtype"]).T)
+    d = t.details
+    parts = t.parts()
+    z = unpack_words(parts["qzeros"], 4, axis=1, order=AWQ_ORDER).astype(np.int16)
+    scales = float_values(parts["scales"], t.refs["scales"].stored_dtype)
+    out = np.empty(t.shape, dtype=np.float32)  # (out, in)
+    for r0 in range(0, d["in_features"], ROWS_PER_CHUNK):
+        q = unpack_words(np.asarray(parts["qweight"][r0 : r0 + ROWS_PER_CHUNK]), 4, axis=1, order=AWQ_ORDER)
+        g = np.arange(r0, r0 + q.shape[0]) // d["group_size"]
+        w = (q.astype(np.int16) - z[g]).astype(np.float32) * scales[g]
+        out[:, r0 : r0 + q.shape[0]] = round_to(w, d["scale_dtype"]).T
+    return out
 
 
 # --------------------------------------------------------------------------- compressed-tensors
