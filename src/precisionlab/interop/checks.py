@@ -328,7 +328,7 @@ def _group_reach(t: CheckpointTensor) -> tuple[np.ndarray, str] | None:
         q, z, _ = pi.awq_codes(t)
         g = np.arange(q.shape[0]) // t.details["group_size"]
         return _int_reach(q.astype(np.int64) - z[g].astype(np.int64), g, z.shape[0], 4, False)
-    if layout == "compressed-tensors:pack-quantized":
+    if layout in ("compressed-tensors:pack-quantized", "compressed-tensors:int-quantized"):
         qs, zs, scales = pi.pack_quantized_codes(t)
         group = t.details["group_size"]
         rel = qs.T.astype(np.int64)

@@ -12,6 +12,8 @@ Anchors (one logical tensor each, named <prefix>.weight):
                                                     compressed-tensors nvfp4-pack-quantized
     <prefix>.weight uint8 + <prefix>.weight.quant_state.bitsandbytes__nf4 (+ .absmax, .quant_map,
         .nested_absmax, .nested_quant_map)          bitsandbytes NF4
+    <prefix>.weight int8 + weight_scale, config quant_method compressed-tensors
+                                                    compressed-tensors int-quantized
     <prefix>.weight FP8 (+ weight_scale or weight_scale_inv)
                                                     fp8 (compressed-tensors float-quantized when the
                                                     config says quant_method compressed-tensors)
@@ -102,6 +104,12 @@ def group(refs: dict[str, PartRef], cfg: dict[str, Any], notes: list[str]) -> li
             parts = {"weight": ref, **_take(refs, used, name, BNB_PARTS), "quant_state": refs[state_key]}
             used.update({name, state_key})
             add(name, bnb.build_bnb(name, parts, "quant_state", notes), parts)
+        elif ref.stored_dtype == "I8" and method == "compressed-tensors" and name.endswith(".weight") \
+                and f"{name}_scale" in refs:
+            prefix = name[: -len(".weight")]
+            parts = {"weight": ref, **_take(refs, used, prefix, ("weight_scale", "weight_zero_point"))}
+            used.add(name)
+            add(name, packed_int.build_int_quantized(name, parts, notes), parts)
         elif ref.stored_dtype in FP8_FORMATS and not name.endswith(("_scale", "_scale_inv")):
             prefix = name[: -len(".weight")] if name.endswith(".weight") else name
             parts = {"weight": ref}

@@ -282,6 +282,25 @@ def build_pack_quantized(name: str, refs: dict[str, PartRef], args: dict[str, An
         bits = candidates[0]
     if bits not in candidates:
         return _unknown(name, refs, f"weight_packed {list(wp.shape)} does not hold {cols} codes of {bits} bits", notes)
+    return _ct_int_tensor(name, refs, rows, cols, bits, "compressed-tensors:pack-quantized", "pack_quantized", notes)
+
+
+def build_int_quantized(name: str, refs: dict[str, PartRef], notes: list[str]) -> CheckpointTensor:
+    """compressed-tensors int-quantized (its naive compressor, e.g. W8A8 checkpoints): weight int8 (out, in)
+    holding the codes as they are, weight_scale, and an unpacked weight_zero_point when asymmetric."""
+    w, ws = refs["weight"], refs.get("weight_scale")
+    if ws is None or w.stored_dtype != "I8" or len(w.shape) != 2 or ws.stored_dtype not in FLOAT_DTYPES:
+        return _unknown(name, refs, "int-quantized parts are not a 2-D int8 weight with a float weight_scale", notes)
+    return _ct_int_tensor(name, refs, w.shape[0], w.shape[1], 8, "compressed-tensors:int-quantized", "pack_quantized",
+                          notes)
+
+
+def _ct_int_tensor(name: str, refs: dict[str, PartRef], rows: int, cols: int, bits: int, layout: str, decoder: str,
+                   notes: list[str]) -> CheckpointTensor:
+    """The strategy (tensor, channel, group) from weight_scale's shape, and the tensor."""
+    ws = refs["weight_scale"]
+    first = refs.get("weight_packed", refs.get("weight"))
+    assert first is not None
     scale_shape = ws.shape if ws.shape else (1,)
     if scale_shape == (rows, 1):
         strategy, group, gran = "channel", cols, "row"
@@ -300,9 +319,7 @@ def build_pack_quantized(name: str, refs: dict[str, PartRef], args: dict[str, An
     if bits in (2, 4, 8):
         head = f"int{bits}" + (f":{gran}" if gran else "")
         scheme = head + (":range=full" if symmetric else ":asym") + _scale_option(ws.stored_dtype)
-    return CheckpointTensor(name, "compressed-tensors:pack-quantized", canonical_scheme(scheme), (rows, cols),
-                            wp.file, refs,
-                            "pack_quantized", details)
+    return CheckpointTensor(name, layout, canonical_scheme(scheme), (rows, cols), first.file, refs, decoder, details)
 
 
 def pack_quantized_codes(t: CheckpointTensor) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
@@ -311,7 +328,10 @@ def pack_quantized_codes(t: CheckpointTensor) -> tuple[np.ndarray, np.ndarray | 
     parts = t.parts()
     rows, cols = t.shape
     offset = 1 << (d["bits"] - 1)
-    q = unpack_dense(parts["weight_packed"], d["bits"], cols).astype(np.int16) - np.int16(offset)
+    if "weight" in parts:  # int-quantized: the int8 codes as they are
+        q = np.asarray(parts["weight"], dtype=np.int16).reshape(rows, cols)
+    else:
+        q = unpack_dense(parts["weight_packed"], d["bits"], cols).astype(np.int16) - np.int16(offset)
     scales = float_values(parts["weight_scale"], t.refs["weight_scale"].stored_dtype).reshape(rows, -1) \
         if d["strategy"] != "tensor" else float_values(parts["weight_scale"], t.refs["weight_scale"].stored_dtype
                                                        ).reshape(1, 1)
@@ -319,7 +339,7 @@ def pack_quantized_codes(t: CheckpointTensor) -> tuple[np.ndarray, np.ndarray | 
     if "weight_zero_point" in parts:
         groups = scales.shape[1]
         zp = np.asarray(parts["weight_zero_point"])
-        if t.refs["weight_zero_point"].stored_dtype == "I32" and zp.ndim == 2:
+        if t.refs["weight_zero_point"].stored_dtype == "I32" and zp.ndim == 2 and "weight" not in parts:
             z = unpack_dense(np.ascontiguousarray(zp.T), d["bits"], rows).T.astype(np.int16) - np.int16(offset)
         else:
             z = np.asarray(zp, dtype=np.int16).reshape(rows, groups)
