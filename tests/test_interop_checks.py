@@ -205,3 +205,24 @@ def test_checks_are_quiet_on_the_real_smollm2_file() -> None:
     for name in ("token_embd.weight", "blk.0.attn_q.weight", "blk.29.ffn_down.weight", "output_norm.weight"):
         for result in run_checks(ckpt[name]):
             assert not result.flagged, (name, result.name, result.message)
+
+
+def bnb_file(path: Path, w: np.ndarray, low_nibble_first: bool) -> Path:
+    bnb = pytest.importorskip("bitsandbytes")
+    from safetensors.torch import save_file
+
+    q, state = bnb.functional.quantize_4bit(torch.from_numpy(np.ascontiguousarray(w)), blocksize=64, quant_type="nf4")
+    if low_nibble_first:  # a writer that packed element 2k in the low nibble
+        q = ((q & 0x0F) << 4) | (q >> 4)
+    save_file({"w": q, **{f"w.{k}": v for k, v in state.as_dict(packed=True).items()}}, str(path))
+    return path
+
+
+def test_nibble_order_bnb_high_nibble_first(tmp_path: Path, real_weight: np.ndarray) -> None:
+    smooth = np.ascontiguousarray(minilm_position_embeddings().T)  # (384, 512): neighbours are adjacent positions
+    right = check(bnb_file(tmp_path / "right.safetensors", smooth, False), "w", "nibble_order")
+    wrong = check(bnb_file(tmp_path / "wrong.safetensors", smooth, True), "w", "nibble_order")
+    assert not right.flagged and right.evidence["smoothness_discriminates"] == "yes", right.evidence
+    assert wrong.flagged and "low nibble first" in wrong.message, wrong.evidence
+    llm = check(bnb_file(tmp_path / "llm.safetensors", real_weight, True), "w", "nibble_order")
+    assert not llm.flagged and llm.evidence["smoothness_discriminates"] == "no"  # measured: cannot be told

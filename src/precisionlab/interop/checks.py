@@ -15,7 +15,8 @@ apply to a tensor's layout. The mix-ups they look for produce plausible wrong nu
                                the tensor is near 0 steps; a mean nearer to +-1 (the other version's
                                reading) is flagged.
   nibble_order                 4-bit codes unpacked in the wrong order (AWQ's 0,2,4,6,1,3,5,7 read as
-                               sequential, or the reverse). Two measurements under each candidate order:
+                               sequential, or the reverse; bitsandbytes' high-nibble-first bytes read
+                               low nibble first). Two measurements under each candidate order:
                                zero alignment (asymmetric: rms over groups of mean(q - z), in steps;
                                codes paired with another channel's zero point are off by whole steps)
                                and neighbour smoothness (mean |w[k+1] - w[k]| over neighbours sharing a
@@ -78,7 +79,7 @@ def run_checks(tensor: CheckpointTensor, checkpoint: Any = None) -> list[CheckRe
     if layout.startswith("gptq:"):
         results.append(gptq_zero_offset(tensor))
     if (layout.startswith("gptq:") and tensor.details.get("bits") == 4) or layout == "awq:gemm" or (
-            layout == "compressed-tensors:pack-quantized" and tensor.details.get("bits") == 4):
+            layout == "compressed-tensors:pack-quantized" and tensor.details.get("bits") == 4) or layout == "bnb:nf4":
         results.append(nibble_order(tensor))
     if layout == "compressed-tensors:nvfp4-pack-quantized":
         results.append(nvfp4_global_scale_direction(tensor))
@@ -194,11 +195,20 @@ def _permute(a: np.ndarray, axis: int, order: tuple[int, ...], declared: tuple[i
     return np.take(a, src.reshape(-1), axis=axis)
 
 
-def _smoothness(w: np.ndarray, axis: int) -> float:
-    """mean |w[k+1] - w[k]| over neighbours in one 8-lane word / mean |w[k+8] - w[k]| (1: no smoothness)."""
+def _sequence_smoothness(x: np.ndarray) -> float:
+    """mean |x[i+1] - x[i]| / mean |x[i+4] - x[i]| over a flat sequence (1: no smoothness). A swap of
+    the two codes of every byte turns half the neighbour pairs into pairs three apart."""
+    v = np.asarray(x, dtype=np.float64).reshape(-1)
+    far = np.abs(v[4:] - v[:-4]).mean() if v.size > 4 else math.nan
+    return float(np.abs(np.diff(v)).mean() / far) if far > 0 else math.nan
+
+
+def _smoothness(w: np.ndarray, axis: int, lanes: int = 8) -> float:
+    """mean |w[k+1] - w[k]| over neighbours in one word of `lanes` codes / mean |w[k+lanes] - w[k]|
+    (1: no smoothness)."""
     x = np.moveaxis(w, axis, 0).astype(np.float64)
-    n = x.shape[0] // 8 * 8
-    x = x[:n].reshape(n // 8, 8, -1)
+    n = x.shape[0] // lanes * lanes
+    x = x[:n].reshape(n // lanes, lanes, -1)
     near = np.abs(np.diff(x, axis=1)).mean()
     far = np.abs(x[1:] - x[:-1]).mean() if x.shape[0] > 1 else math.nan
     return float(near / far) if far > 0 else math.nan
@@ -216,8 +226,40 @@ def _zero_alignment(q: np.ndarray, z: np.ndarray, group_of_row: np.ndarray) -> f
     return float(np.sqrt(np.mean((means - z[present]) ** 2)))
 
 
+def _bnb_nibble_order(t: CheckpointTensor) -> CheckResult:
+    """bitsandbytes packs the high nibble first; read low nibble first, neighbouring pairs swap."""
+    from precisionlab.interop.readers.bnb import BNB_NF4, bnb_absmax, bnb_codes
+
+    codes = bnb_codes(t)
+    absmax = bnb_absmax(t)[np.arange(codes.size) // t.details["blocksize"]]
+    n = codes.size // 2 * 2
+    swapped = codes.copy()
+    swapped[:n] = codes[:n].reshape(-1, 2)[:, ::-1].reshape(-1)
+    smooth = {name: _sequence_smoothness(BNB_NF4[c] * absmax) for name, c in (("high_first", codes),
+                                                                                 ("low_first", swapped))}
+    evidence: dict[str, float | str] = {"declared_order": "high_first",
+                                        "smoothness_declared": round(smooth["high_first"], 4),
+                                        "smoothness_other": round(smooth["low_first"], 4)}
+    discriminating = min(smooth.values()) < 1 - SMOOTH_MARGIN
+    evidence["smoothness_discriminates"] = "yes" if discriminating else "no"
+    if smooth["low_first"] < smooth["high_first"] - SMOOTH_MARGIN and smooth["low_first"] < 1 - SMOOTH_MARGIN:
+        return CheckResult("nibble_order", True, evidence,
+                           f"neighbouring weights are smoother read low nibble first ({smooth['low_first']:.2f} vs "
+                           f"{smooth['high_first']:.2f}): the file was packed low nibble first, bitsandbytes reads the "
+                           "high nibble first")
+    if discriminating:
+        return CheckResult("nibble_order", False, evidence,
+                           f"high nibble first (bitsandbytes' order) is the smoothest ({smooth['high_first']:.2f})")
+    return CheckResult("nibble_order", False, evidence,
+                       f"the weights have no neighbour smoothness ({smooth['high_first']:.2f} / "
+                       f"{smooth['low_first']:.2f}), so the nibble order cannot be told from them")
+
+
 def nibble_order(t: CheckpointTensor) -> CheckResult:
     from precisionlab.interop.readers import packed_int as pi
+
+    if t.layout == "bnb:nf4":
+        return _bnb_nibble_order(t)
 
     orders = _orders()
     layout = t.layout
