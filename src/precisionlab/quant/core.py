@@ -66,6 +66,8 @@ def make_codec(scheme: Scheme) -> Codec:
     base = codec(scheme.element)
     if scheme.preset == "mxint8":
         return Codec(base.fmt, unit=qp.MXINT8_UNIT)
+    if scheme.int_range != "narrow":
+        return Codec(base.fmt, int_range=scheme.int_range)
     return base
 
 

@@ -1,6 +1,7 @@
 """Element codecs: scaled values v = x / s to codes, and codes back to (unscaled) values.
 
     integer, symmetric   q = clip(rint(v), -(2^(b-1) - 1), 2^(b-1) - 1)          (rint: ties to even)
+                         range=full / full_neg: clip to -2^(b-1) .. 2^(b-1) - 1
     integer, asymmetric  q = clip(rint(v) + z, qmin, qmax)       stored as q's b-bit two's complement
     float (fp8/fp6/fp4)  q = round-to-nearest-even of v in the element format, saturating at ±max
     codebook (nf4)       q = index of the nearest codebook value (ties to the smaller value)
@@ -35,6 +36,8 @@ class Codec:
     fmt: ElementFormat
     unit: float = 1.0
     """Value of one integer step (MXINT8: 2^-6, its 1.6 fixed point); 1 elsewhere."""
+    int_range: str = "narrow"
+    """Symmetric integer convention (`quant.scheme.INT_RANGES`): narrow, full or full_neg."""
 
     @property
     def name(self) -> str:
@@ -50,6 +53,23 @@ class Codec:
         if isinstance(self.fmt, IntFormat):
             return float(self.fmt.max_value)
         return float(self.fmt.max_finite)
+
+    @property
+    def symmetric_min(self) -> float:
+        """Most negative code value a symmetric integer scheme uses: -(2^(b-1) - 1), or -2^(b-1) for the
+        full ranges."""
+        if isinstance(self.fmt, IntFormat) and self.int_range != "narrow":
+            return float(self.fmt.min_value)
+        return -self.max_value
+
+    @property
+    def scale_divisor(self) -> float:
+        """What a symmetric scale divides amax by: max_value; 2^(b-1) - 1/2 (full); 2^(b-1) (full_neg)."""
+        if self.int_range == "full":
+            return self.max_value + 0.5
+        if self.int_range == "full_neg":
+            return self.max_value + 1.0
+        return self.max_value
 
     @property
     def real_max(self) -> float:
@@ -69,7 +89,7 @@ class Codec:
         fmt = self.fmt
         if isinstance(fmt, IntFormat):
             q = np.rint(v)
-            np.clip(q, -fmt.symmetric_max, fmt.symmetric_max, out=q)
+            np.clip(q, self.symmetric_min, fmt.symmetric_max, out=q)
             return _int_codes(q, fmt)
         if isinstance(fmt, CodebookFormat):
             return fmt.encode(v)

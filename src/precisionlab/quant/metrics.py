@@ -79,8 +79,8 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
     """Fraction of finite elements outside their block's range widened by half the top step: they saturated.
 
     Symmetric: |x| > (element max + top gap / 2) * divisor (integers: (2^(b-1) - 1 + 1/2) * s,
-    since the code -2^(b-1) is never used). Asymmetric (integer codes
-    qmin..qmax, zero point z): x < (qmin - z - 1/2) * s or x > (qmax - z + 1/2) * s.
+    since the code -2^(b-1) is never used; range=full / full_neg reach down to (-2^(b-1) - 1/2) * s).
+    Asymmetric (integer codes qmin..qmax, zero point z): x < (qmin - z - 1/2) * s or x > (qmax - z + 1/2) * s.
     """
     arr, _ = as_array(x)
     axis, _, view_shape = canonical_view(arr.shape, q.scheme)
@@ -94,7 +94,7 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
     divisor = _divisors(q, cod).astype(np.float64)  # (B, row blocks, column blocks)
     if q.zero_points is None and cod.is_int:  # symmetric integers stop at +-(2^(b-1) - 1), steps of 1
         upper = divisor * (cod.max_value + 0.5)
-        lower = -upper
+        lower = divisor * (cod.symmetric_min - 0.5)
     elif q.zero_points is None:
         magnitudes = np.unique(np.abs(cod.values()[np.isfinite(cod.values())]).astype(np.float64))
         upper = divisor * (magnitudes[-1] + (magnitudes[-1] - magnitudes[-2]) / 2)

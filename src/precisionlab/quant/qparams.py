@@ -6,7 +6,7 @@ kernel that reads the stored scale must produce). Rounding the exact quotient on
 a kernel's fp32 division followed by a cast to fp16 / bf16 / e4m3 (fp32 carries at least
 2p + 2 bits for those p, so the double rounding is innocuous).
 
-    integer, symmetric   s = amax / (2^(b-1) - 1)
+    integer, symmetric   s = amax / (2^(b-1) - 1)        (range=full: 2^(b-1) - 1/2; full_neg: 2^(b-1))
     integer, asymmetric  lo = min(x_min, 0), hi = max(x_max, 0)
                          s = (hi - lo) / (2^b - 1),   z = clip(qmin - rint(lo / s), qmin, qmax)
     float element        s = amax / max_finite(element)          (DeepSeek-V3: amax / 448)
@@ -76,11 +76,11 @@ def round_scale(ideal: np.ndarray, scale_format: str) -> np.ndarray:
 
 
 def symmetric(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
-    """s = amax / max_code (integers: 2^(b-1) - 1; floats: max finite; nf4: 1)."""
+    """s = amax / max_code (integers: 2^(b-1) - 1, or the range's divisor; floats: max finite; nf4: 1)."""
     a = amax.astype(np.float64)
     bad = ~np.isfinite(a)
     zero = a == 0
-    ideal = np.where(bad | zero, 1.0, a) / codec.max_value
+    ideal = np.where(bad | zero, 1.0, a) / codec.scale_divisor
     s = np.where(zero, 1.0, round_scale(ideal, scheme.scale))
     s = _poison(s, bad, scheme)
     return QParams(s.astype(np.float32), s.astype(np.float32), None, bad if bad.any() else None)
