@@ -45,10 +45,8 @@ def test_a_group_without_its_subcommand_prints_its_usage(run_cli) -> None:  # ty
                                      ("capacity", "--config"), ("advise", "--config")])
 def test_a_missing_file_reads_the_same_in_every_command(run_cli, tmp_path: Path, command: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     missing = tmp_path / "nope.npy"
-    if command[-1] == "--config":
-        args = (*command, str(missing))
-    else:
-        args = (*command[:2], str(missing), *command[2:])
+    config = command[-1] == "--config"
+    args = (*command, str(missing)) if config else (*command[:2], str(missing), *command[2:])
     text = one_line_error(run_cli(*args), f"error: no such file: {missing}")
     assert "Errno" not in text
 
@@ -230,7 +228,8 @@ def test_csv_writes_every_table_of_a_command(run_cli, tmp_path: Path) -> None:  
         rows = list(csv.reader(handle))
     kv = next(s for s in data["sections"] if s["key"] == "kv_cache")
     assert rows[0] == kv["columns"] and len(rows) == len(kv["rows"]) + 1
-    assert run_cli("run", "--only", "formats", "--out", str(tmp_path / "r"), "--csv", str(tmp_path / "rc")).exit_code == 0
+    report = run_cli("run", "--only", "formats", "--out", str(tmp_path / "r"), "--csv", str(tmp_path / "rc"))
+    assert report.exit_code == 0
     assert sorted(p.name for p in (tmp_path / "rc").iterdir()) == ["formats_formats.csv"]
 
 

@@ -108,7 +108,8 @@ return [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map
 """
 
 BAD_ALT = """
-return [...document.images].filter(i => (i.getAttribute('alt') || '').trim().length < 40).map(i => i.getAttribute('src'));
+return [...document.images].filter(i => (i.getAttribute('alt') || '').trim().length < 40)
+  .map(i => i.getAttribute('src'));
 """
 
 DEAD_LINKS = """

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ from precisionlab.labs.result import LabResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+LOG_EVERY_STEPS = 20
+"""Off a terminal, a progress of at most this many steps prints every step..."""
+LOG_EVERY_S = 5.0
+"""... and a longer one at most one line per this many seconds (and its last step)."""
 OUTPUTS = "precisionlab.outputs"
 """click context meta key: the Outputs of the running command."""
 ARGV = "precisionlab.argv"
@@ -235,14 +240,22 @@ def progress_line(text: str) -> None:
 def progress(total: int, description: str) -> Iterator[Callable[..., None]]:
     """Progress of a long command on stderr; yields `step(text, advance=1)`.
 
-    On a terminal: a transient rich bar. Off a terminal (CI logs, pipes): one line per call,
-    `description: text [t s]` with the seconds since the start, so a long run is visibly alive;
-    calls with advance=0 (a step starting) print nothing there."""
+    On a terminal: a transient rich bar. Off a terminal (CI logs, pipes): a line
+    `description: text (done/total) [t s]` with the seconds since the start, so a long run is visibly
+    alive: for each step, or at most one per LOG_EVERY_S seconds when the steps are many and quick
+    (the last step always); calls with advance=0 (a step starting) print nothing there."""
     start = time.perf_counter()
     if not stderr_is_terminal():
+        state = {"done": 0, "printed": -math.inf}
+
         def line(text: str, advance: int = 1) -> None:
-            if advance:
-                progress_line(f"{description}: {text} [{time.perf_counter() - start:.1f} s]")
+            if not advance:
+                return
+            state["done"] += advance
+            now = time.perf_counter()
+            if total <= LOG_EVERY_STEPS or now - state["printed"] >= LOG_EVERY_S or state["done"] >= total:
+                state["printed"] = now
+                progress_line(f"{description}: {text} ({int(state['done'])}/{total}) [{now - start:.1f} s]")
 
         yield line
         return

@@ -345,7 +345,7 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
         _label_points(ax, scatter)
     ax.grid(True, which="major", alpha=0.3)
 
-    drawn = Drawn(notes=notes, size=(round(width * DPI), round(height * DPI)))
+    drawn = Drawn(notes=notes, size=(int(figure.bbox.width), int(figure.bbox.height)))  # as Agg sizes it
     png.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(png, format="png", metadata={"Software": None})
     drawn.paths.append(png)
