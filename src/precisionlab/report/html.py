@@ -30,7 +30,7 @@ CSS = """
 *{box-sizing:border-box}
 html{-webkit-text-size-adjust:100%}
 body{margin:0;color:var(--fg);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-serif}
-.page{max-width:1320px;margin:0 auto;padding:1.25rem 2rem 3rem}
+.page{max-width:1560px;margin:0 auto;padding:1.25rem 2rem 3rem}
 a{color:var(--accent)}
 h1{font-size:1.7rem;margin:.2rem 0 .6rem}
 h2{font-size:1.35rem;margin:2.2rem 0 .5rem;padding-top:.4rem;border-top:2px solid var(--line)}
@@ -39,7 +39,11 @@ h4{font-size:1rem;margin:0 0 .4rem}
 p{max-width:110ch}
 .note,.muted,figcaption{color:var(--muted)}
 .note{font-size:.92rem;margin:.3rem 0 .8rem}
-.scroll{overflow-x:auto;width:fit-content;max-width:100%;border:1px solid var(--line);border-radius:4px;margin:.3rem 0}
+.scroll{overflow-x:auto;width:fit-content;max-width:100%;border:1px solid var(--line);border-radius:4px;margin:.3rem 0;
+  background:linear-gradient(to right,#fff 30%,#fff0) left/2.5rem 100% no-repeat local,
+    linear-gradient(to left,#fff 30%,#fff0) right/2.5rem 100% no-repeat local,
+    radial-gradient(farthest-side at 0 50%,#0003,#0000) left/.9rem 100% no-repeat scroll,
+    radial-gradient(farthest-side at 100% 50%,#0003,#0000) right/.9rem 100% no-repeat scroll}
 .scroll:focus{outline:2px solid var(--accent);outline-offset:1px}
 table{border-collapse:collapse;font-size:.86rem}
 th,td{padding:3px 10px;border-bottom:1px solid var(--line);vertical-align:top;text-align:left}
@@ -47,7 +51,7 @@ thead th{background:var(--head);font-weight:600;vertical-align:bottom}
 tbody tr:last-child td{border-bottom:0}
 .num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .short{white-space:nowrap}
-.prose{min-width:16ch;max-width:56ch}
+.prose{min-width:20ch;max-width:56ch}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(30rem,100%),1fr));gap:1rem;margin:.5rem 0}
 .card{border:1px solid var(--line);border-radius:6px;padding:.7rem 1rem;min-width:0}
 .card dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.3rem 1rem;margin:0}
@@ -75,8 +79,12 @@ details{margin:.8rem 0}
 @media print{
   .page{max-width:none;padding:0}
   body{font-size:10pt}
-  .scroll{overflow:visible;border:0}
-  table{font-size:8pt}
+  .scroll{overflow:visible;border:0;width:auto;background:none}
+  table{font-size:6.5pt;max-width:100%}
+  th,td{padding:1px 3px}
+  .prose{min-width:0}
+  .cards{display:block}
+  .card{margin:0 0 .5rem}
   section.lab{break-before:page}
   figure,tr,.card,h3{break-inside:avoid}
   h3{break-after:avoid}
