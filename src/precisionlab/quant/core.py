@@ -1,7 +1,7 @@
 """quantize / dequantize: chunked, multi-threaded, exact to the rules in `qparams` and `elements`.
 
     quantize:    per block  choose s (and z) from the block's amax (or min / max)
-                 per element q = encode(x / s)          (x / s in float32; float64 input: float64)
+                 per element q = encode(x / s)          (one rounding of the exact quotient: elements.quotient)
     dequantize:  x_hat = fp32(value(q) * s)             asym: fp32((q - z) * s)
 
 The work runs over chunks of whole block-rows (about CHUNK elements each) on a small
@@ -22,7 +22,7 @@ import numpy as np
 
 from precisionlab.quant import qparams as qp
 from precisionlab.quant.blocks import Layout, canonical_view, from_view, layout, to_view
-from precisionlab.quant.elements import Codec, codec, pair_table
+from precisionlab.quant.elements import Codec, codec, pair_table, quotient
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
 from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
@@ -240,7 +240,7 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
             if zero_grid is not None and params.zero_point is not None:
                 zero_grid[b, rows_sel] = params.zero_point
         with np.errstate(invalid="ignore", divide="ignore"):
-            v = blocks / params.divisor[:, None, :, None].astype(blocks.dtype)
+            v = quotient(blocks, params.divisor[:, None, :, None])  # float64: one exact rounding below
             if params.zero_point is not None:
                 codes = cod.encode_affine(v, params.zero_point[:, None, :, None])
             else:

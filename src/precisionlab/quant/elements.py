@@ -7,9 +7,12 @@
 
 Codes are the element format's own bit patterns (`precisionlab.encode` conventions):
 integers in two's complement in the low b bits, floats as sign|exponent|mantissa, nf4 as
-its table index. Float rounding of float32 input goes through a 2^17-entry table built
-once by the exact engine (the result depends only on the top 16 bits of v and whether
-any lower bit is set); float64 input is rounded exactly, once, by `precisionlab.encode`.
+its table index. Each code is one rounding of the exact quotient x / s: `quotient` gives
+a float64 v that rounds like x / s (see its docstring for why), and v is rounded once.
+Float rounding goes through a 2^17-entry table built once by the exact engine: the result
+depends only on the top 16 bits of v (float32 v: sign, exponent, 7 mantissa bits; float64
+v: sign, exponent, 4 mantissa bits, enough for the <= 3 mantissa bits of every element)
+and on whether any lower bit is set.
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ class Codec:
             return fmt.encode(v)
         if v.dtype == np.float32:
             return np.take(_code_table(fmt), table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
+        if v.dtype == np.float64 and fmt.man_bits <= TABLE64_MAN_BITS:
+            flat = np.ascontiguousarray(v).reshape(-1)
+            return np.take(_code_table64(fmt), table_index64(flat.view(np.uint64))).reshape(v.shape)
         return np.asarray(encode(np.ascontiguousarray(v), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
 
     def encode_affine(self, v: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
@@ -115,6 +121,59 @@ def _code_table(fmt: FloatFormat) -> np.ndarray:
     table = np.asarray(encode(table_representatives(), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
     table.flags.writeable = False
     return table
+
+
+TABLE64_MAN_BITS = 3
+"""float64 v: the top 16 bits hold 4 mantissa bits, the M kept bits and the rounding bit of M <= 3."""
+
+
+@lru_cache(maxsize=1)
+def table_representatives64() -> np.ndarray:
+    """One float64 per table entry: entry i has top 16 bits i >> 1 and low bits i & 1 (read-only)."""
+    index = np.arange(1 << 17, dtype=np.uint64)
+    representatives = (((index >> np.uint64(1)) << np.uint64(48)) | (index & np.uint64(1))).view(np.float64)
+    representatives.flags.writeable = False
+    return representatives
+
+
+def table_index64(u: np.ndarray) -> np.ndarray:
+    """(top 16 bits of float64 bits u) * 2 + (1 if any of the low 48 bits is set), as int64 for np.take."""
+    idx = u >> np.uint64(47)
+    idx &= np.uint64(0x1FFFE)
+    low = u & np.uint64((1 << 48) - 1)
+    np.minimum(low, np.uint64(1), out=low)
+    idx |= low
+    return idx.view(np.int64)
+
+
+@lru_cache(maxsize=32)
+def _code_table64(fmt: FloatFormat) -> np.ndarray:
+    """Codes for every (top 16 bits, sticky) pattern of a float64, by the exact engine."""
+    table = np.asarray(encode(table_representatives64(), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
+    table.flags.writeable = False
+    return table
+
+
+def quotient(x: np.ndarray, divisor: np.ndarray) -> np.ndarray:
+    """v = fl64(x / d) for float32 or float64 x and float32 divisors d (broadcast): rounding v once to the
+    element gives the same code as rounding the exact quotient q = x / d (so each code is one exact rounding).
+
+    Why float64 is exact enough: rounding q and rounding fl64(q) can only differ if fl64(q) lands on a
+    decision boundary m that q is not on (fl64 is monotone and every m is a float64, so it cannot cross
+    one), which needs |q - m| <= 2^-53 m. Every boundary here has m = K 2^b with K < 2^29 (integers:
+    k + 1/2; fp8/fp6/fp4: midpoints of <= 3-bit mantissas, <= 5 bits; nf4: half-sums of neighbouring
+    float32 values, <= 26 bits), so with d = D 2^c (D < 2^24) the product m d = K D 2^(b+c) is exact
+    (K D < 2^53) and q - m = (x - m d) / d. Write x = X 2^a with 2^a its ulp (|x| < 2^(53+a)); take
+    x, m > 0 (negative values are the mirror image).
+      a >= b + c: x - m d is a nonzero multiple of 2^(b+c), so |x - m d| >= 2^(b+c) > 2^-53 m d.
+      a < b + c, x > m d: x - m d >= 2^a, but m d < |x| < 2^(53+a) makes 2^-53 m d < 2^a.
+      a < b + c, x < m d: m d - x <= 2^-53 m d with m d - x >= 2^a forces x = 2^(53+a) - 2^a and
+        m d = 2^(53+a), so m is a power of two, whose lower half-ulp 2^-54 m d = 2^(a-1) is < 2^a.
+    So fl64(q) = m only when q = m. (Near any boundary q is a normal float64: no underflow.)
+    An fp32 quotient is not enough: fl32(q) lands on m whenever |q - m| < 2^-24 m, e.g. nvfp4 with
+    x / d = -1.250000046 -> fl32 -1.25 -> -1.0 (a tie to even), where the exact quotient gives -1.5.
+    """
+    return np.divide(x, np.asarray(divisor, dtype=np.float64), dtype=np.float64)
 
 
 @lru_cache(maxsize=32)
