@@ -138,6 +138,25 @@ def test_bytes_count_everything() -> None:
     assert out.byte_breakdown()["payload"] == 63 * 250
 
 
+@pytest.mark.parametrize(("scheme", "shape", "expected"), [
+    # layout by hand: packed codes + scale bits per block + zero-point bits (element width) per block
+    ("int4:g128:asym", (8, 128), 8 * 128 * 4 // 8 + 8 * 2 + 8 * 4 // 8),         # 512 + 16 + 4
+    ("int4:g128:asym", (1, 128), 64 + 2 + 1),                                     # one 4-bit zero: a whole byte
+    ("int4:g128", (64, 250), 64 * 256 // 2 + 128 * 2),                             # 250 -> 256: padded, counted
+    ("e4m3:block128x128", (128, 256), 128 * 256 + 2 * 4),
+    ("mxfp6", (4, 64), 4 * 64 * 3 // 4 + 8),                                        # four codes per three bytes
+    ("nvfp4", (2, 32), 2 * 32 // 2 + 4 + 4),                                        # e4m3 block scales, fp32 g
+    ("int8:row:outliers=1", (4, 8), 3 * 8 + 3 * 2 + 8 * 2 + 4),                    # fp16 row + int32 index
+])
+def test_byte_model_without_data(scheme: str, shape: tuple[int, int], expected: int) -> None:
+    from precisionlab.quant import bits_per_element, stored_bytes
+
+    assert sum(stored_bytes(scheme, shape).values()) == expected
+    assert bits_per_element(scheme, shape) == 8 * expected / (shape[0] * shape[1])
+    q = quantize(np.random.default_rng(0).standard_normal(shape).astype(np.float32), scheme)
+    assert q.nbytes == expected and q.byte_breakdown() == stored_bytes(scheme, shape)
+
+
 def test_outlier_rows_kept_in_fp16(matrix: np.ndarray) -> None:
     q = quantize(matrix, "int8:outliers=1")
     assert q.outlier_index.tolist() == [9]
