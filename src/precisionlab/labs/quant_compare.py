@@ -1,6 +1,6 @@
 """`quant compare`: every scheme on every float tensor of a user's .npy or .safetensors file.
 
-Not a registered lab (it needs a file). Tensors are memory-mapped and processed one at a
+Not a registered lab (it needs a file). Tensors are read (.npy: memory-mapped) and processed one at a
 time; bf16 and fp8 tensors are decoded exactly to float32; integer tensors are skipped
 (and listed). Non-finite values are refused with an error that names the tensor, since
 no integer scheme can store them. Per tensor and scheme: relative error, SQNR (dB), max
@@ -56,7 +56,7 @@ def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], 
             raise ValueError(f"{path}: holds quantized tensors (precisionlab tag); source tensors are needed")
         tensors, skipped = [], []
         for name, entry in entries.items():
-            if entry.dtype in SOURCE_DTYPES and entry.raw.size:
+            if entry.dtype in SOURCE_DTYPES and entry.size:
                 tensors.append((name, entry.to_float32, SOURCE_DTYPES[entry.dtype]))
             else:
                 skipped.append(name)
