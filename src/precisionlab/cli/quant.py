@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -19,12 +21,26 @@ from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, posi
 
 @contextlib.contextmanager
 def _one_line_messages() -> Iterator[None]:
-    """A missing optional package is one `error:` line (exit 2)."""
+    """A missing optional package is one `error:` line (exit 2); a QuantizationWarning is one `warning:` line
+    on stderr (Python's default would print the warning's source line after it)."""
+    from precisionlab.quant import QuantizationWarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+             line: str | None = None) -> None:
+        if issubclass(category, QuantizationWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    original = warnings.showwarning
+    warnings.showwarning = show
     try:
         yield
     except ModuleNotFoundError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(2) from None
+    finally:
+        warnings.showwarning = original
 
 
 @click.group("quant")

@@ -14,6 +14,7 @@ scaling), `metrics` (error measures).
 """
 
 from precisionlab.quant.core import dequantize, quantize, quantize_dequantize
+from precisionlab.quant.diagnostics import QuantizationWarning, ScaleDiagnostics
 from precisionlab.quant.metrics import ErrorMetrics, error_metrics
 from precisionlab.quant.scalers import CurrentScaler, DelayedScaler
 from precisionlab.quant.scheme import PRESETS, Granularity, MXRule, Scheme, parse_scheme
@@ -26,7 +27,9 @@ __all__ = [
     "ErrorMetrics",
     "Granularity",
     "MXRule",
+    "QuantizationWarning",
     "QuantizedTensor",
+    "ScaleDiagnostics",
     "Scheme",
     "bits_per_element",
     "dequantize",

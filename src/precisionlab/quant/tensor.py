@@ -25,6 +25,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import Layout, canonical_view, layout
+from precisionlab.quant.diagnostics import ScaleDiagnostics
 from precisionlab.quant.elements import codec
 from precisionlab.quant.packing import packed_nbytes, unpack
 from precisionlab.quant.scheme import Scheme, parse_scheme
@@ -84,6 +85,8 @@ class QuantizedTensor:
     """float16 (k, N): the rows kept out of the payload."""
     outlier_index: np.ndarray | None = None
     """int32 (k,): their row numbers in the (M, N) view, ascending."""
+    diagnostics: ScaleDiagnostics | None = None
+    """Floored scales and clipped elements of this quantization (`quant.diagnostics`); None when read from a file."""
 
     # ----------------------------------------------------------------- layout
     @property
