@@ -23,7 +23,7 @@ import numpy as np
 from precisionlab.quant import diagnostics as diag
 from precisionlab.quant import qparams as qp
 from precisionlab.quant.blocks import Layout, canonical_view, from_view, layout, to_view
-from precisionlab.quant.elements import Codec, codec, pair_table, quotient
+from precisionlab.quant.elements import Codec, codec, pair_table
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
 from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
@@ -246,11 +246,8 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
             if zero_grid is not None and params.zero_point is not None:
                 zero_grid[b, rows_sel] = params.zero_point
         with np.errstate(invalid="ignore", divide="ignore"):
-            v = quotient(blocks, params.divisor[:, None, :, None])  # float64: one exact rounding below
-            if params.zero_point is not None:
-                codes = cod.encode_affine(v, params.zero_point[:, None, :, None])
-            else:
-                codes = cod.encode_symmetric(v)
+            zero = None if params.zero_point is None else params.zero_point[:, None, :, None]
+            codes = cod.encode_quotient(blocks, params.divisor[:, None, :, None], zero)  # one rounding of x / s
         if params.bad is not None:
             codes[np.broadcast_to(params.bad[:, None, :, None], codes.shape)] = 0
         lower, upper = diag.clip_bounds(cod, params.divisor, params.zero_point)

@@ -81,18 +81,27 @@ def count_clipped(blocks: np.ndarray, lower: np.ndarray, upper: np.ndarray, firs
                   signed: bool, bad: np.ndarray | None) -> int:
     """Clipped elements of (row blocks, rows, column blocks, columns) `blocks`, with per-block bounds and
     statistics (amax for symmetric schemes, min and max for asymmetric ones): only the blocks whose
-    statistics pass a bound are looked at element by element."""
-    with np.errstate(invalid="ignore"):
-        flagged = (first > upper) if signed else ((first < lower) | (second > upper))
+    statistics pass a bound are looked at element by element. Blocks holding NaN / inf (`bad`) are left out."""
+    flagged = (first > upper) if signed else ((first < lower) | (second > upper))
     if bad is not None:
         flagged &= ~bad
     if not flagged.any():
         return 0
     rows, cols = np.nonzero(flagged)
-    chosen = blocks[rows, :, cols, :].astype(np.float64)  # (k, block rows, block columns)
-    lo = lower[rows, cols][:, None, None]
-    hi = upper[rows, cols][:, None, None]
-    return int(np.count_nonzero(np.isfinite(chosen) & ((chosen > hi) | (chosen < lo))))
+    chosen = blocks[rows, :, cols, :]  # (k, block rows, block columns)
+    hi, lo = upper[rows, cols], lower[rows, cols]
+    if chosen.dtype == np.float32:  # for a float32 x: x > b exactly when x > b rounded down to float32
+        hi = _to_float32(hi, toward=-np.inf)
+        lo = _to_float32(lo, toward=np.inf)
+    return int(np.count_nonzero((chosen > hi[:, None, None]) | (chosen < lo[:, None, None])))
+
+
+def _to_float32(bound: np.ndarray, toward: float) -> np.ndarray:
+    """float64 bounds as float32, rounded in the `toward` direction where they are not float32 values."""
+    near = bound.astype(np.float32)
+    off = near.astype(np.float64) != bound
+    wrong_side = off & ((near > bound) if toward < 0 else (near < bound))
+    return np.where(wrong_side, np.nextafter(near, np.float32(toward)), near)
 
 
 def warning_messages(diagnostics: ScaleDiagnostics, scheme: Scheme) -> list[str]:
