@@ -87,19 +87,18 @@ def run_and_check(code: str, name: str) -> int:
     comments = _comments(code)
     checked = 0
     for statement in ast.parse(code).body:
-        module = ast.Module(body=[statement], type_ignores=[])
-        exec(compile(module, name, "exec"), namespace)
         comment = comments.get(statement.end_lineno or statement.lineno)
         tree = comment_values(comment) if comment is not None else None
-        if tree is None:
-            continue
-        if isinstance(statement, ast.Expr):
+        if tree is not None and isinstance(statement, ast.Expr):  # evaluated once, for its value
             actual = eval(compile(ast.Expression(statement.value), name, "eval"), namespace)
-        elif isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
-                statement.targets[0], ast.Name):
-            actual = namespace[statement.targets[0].id]
         else:
-            continue
+            exec(compile(ast.Module(body=[statement], type_ignores=[]), name, "exec"), namespace)
+            named = isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
+                statement.targets[0], ast.Name)
+            if tree is None or not named:
+                continue
+            actual = namespace[statement.targets[0].id]  # type: ignore[union-attr]
+        assert comment is not None and tree is not None
         assert matches(actual, tree.body, _segment_source(comment, tree)), (
             f"{name}, line {statement.lineno}: the comment says {comment.strip()!r}, the code gives {actual!r}")
         checked += 1
