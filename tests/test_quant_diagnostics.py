@@ -167,3 +167,13 @@ def test_compare_reports_and_warns_in_one_line(run_cli, tmp_path: Path, weights:
     assert f["compare.w.int8:row.frac_floored"] == 0.0 and f["compare.w.int8:row.frac_clipped"] == 0.0
     assert "floored" in payload["sections"][0]["columns"]
     assert math.isclose(f["compare.w.int8:row:scale=e4m3.bits_per_element"], 8 + 8 / 1024)
+
+
+def test_save_warns_in_one_line(run_cli, tmp_path: Path, weights: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    np.save(tmp_path / "w.npy", weights)
+    result = run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int8:row:scale=e4m3", "-o",
+                     str(tmp_path / "q.safetensors"), "--json")
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if line.startswith("warning: ")]
+    assert warned == [line for line in result.output.splitlines() if "floored" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: tensor 'w': int8:row:scale=e4m3: 100% of the scales")

@@ -304,3 +304,18 @@ def test_bf16_and_fp8_bit_patterns_round_trip_without_torch(tmp_path: Path) -> N
     np.testing.assert_array_equal(entries["b"].raw(), bits)
     np.testing.assert_array_equal(entries["b"].to_float32(), [[1.0, -3.0], [2.0**-133, np.inf]])
     np.testing.assert_array_equal(entries["f"].to_float32(), [1.0, -3.0, 448.0, 2.0**-9])
+
+
+def test_without_the_safetensors_package_the_message_is_one_line(tmp_path: Path, run_cli,  # type: ignore[no-untyped-def]
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "w.safetensors"
+    write_safetensors(path, {"w": ("F32", np.ones((4, 32), dtype=np.float32))})
+    monkeypatch.setitem(__import__("sys").modules, "safetensors", None)  # `import safetensors` now fails
+    with pytest.raises(ModuleNotFoundError, match=r"needs the safetensors package: pip install safetensors$"):
+        read_safetensors(path)
+    result = run_cli("quant", "compare", str(path), "-s", "int8:row")
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: reading and writing .safetensors files needs the safetensors package: "
+                                     "pip install safetensors")
+    np.save(tmp_path / "w.npy", np.ones((4, 32), dtype=np.float32))  # .npy files need no package
+    assert run_cli("quant", "compare", str(tmp_path / "w.npy"), "-s", "int8:row").exit_code == 0
