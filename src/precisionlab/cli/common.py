@@ -32,6 +32,8 @@ from precisionlab.labs.result import LabResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+QUIET_S = 2.0
+"""Off a terminal, progress lines start only once the work has taken this long."""
 LOG_EVERY_STEPS = 20
 """Off a terminal, a progress of at most this many steps prints every step..."""
 LOG_EVERY_S = 5.0
@@ -128,10 +130,11 @@ def lab_output_options(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def emit(result: LabResult, as_json: bool, out_dir: Path | None = None) -> None:
+def emit(result: LabResult, as_json: bool, out_dir: Path | None = None, findings: bool = True) -> None:
     """Render a lab result (JSON or terminal tables) and stage its files in the command's folders.
 
-    Called outside `lab_output_options` (from Python), out_dir is written directly, whole."""
+    findings=False leaves the findings out of the terminal view (a result with thousands of keys; JSON
+    keeps them). Called outside `lab_output_options` (from Python), out_dir is written directly, whole."""
     from precisionlab.report.outputs import dumps, write_csv_files, write_lab, write_lab_files
 
     outputs = current_outputs()
@@ -150,7 +153,7 @@ def emit(result: LabResult, as_json: bool, out_dir: Path | None = None) -> None:
         return
     from precisionlab.report.terminal import render
 
-    render(result)
+    render(result, findings=findings)
 
 
 # ---- option values ---------------------------------------------------------------------------------
@@ -236,28 +239,40 @@ def progress_line(text: str) -> None:
     click.echo(text, err=True)
 
 
+class StepLog:
+    """Progress off a terminal: `description: text (done/total) [t s]` lines on stderr, so a long run is
+    visibly alive in a CI log. Nothing in the first QUIET_S seconds (a quick command prints only its
+    result or its one-line error); then a line per step, at most one per LOG_EVERY_S seconds when the
+    steps are many (more than LOG_EVERY_STEPS), and the last step's. Calls with advance=0 (a step
+    starting, for the terminal's bar) print nothing."""
+
+    def __init__(self, description: str, total: int) -> None:
+        self.description, self.total = description, total
+        self.start = time.perf_counter()
+        self.done = 0
+        self.printed = -math.inf
+
+    def __call__(self, text: str, advance: int = 1) -> None:
+        if not advance:
+            return
+        self.done += advance
+        now = time.perf_counter()
+        if now - self.start < QUIET_S:
+            return
+        if self.total <= LOG_EVERY_STEPS or now - self.printed >= LOG_EVERY_S or self.done >= self.total:
+            self.printed = now
+            count = f" ({self.done}/{self.total})" if self.total > 1 else ""
+            progress_line(f"{self.description}: {text}{count} [{now - self.start:.1f} s]")
+
+
 @contextlib.contextmanager
 def progress(total: int, description: str) -> Iterator[Callable[..., None]]:
     """Progress of a long command on stderr; yields `step(text, advance=1)`.
 
-    On a terminal: a transient rich bar. Off a terminal (CI logs, pipes): a line
-    `description: text (done/total) [t s]` with the seconds since the start, so a long run is visibly
-    alive: for each step, or at most one per LOG_EVERY_S seconds when the steps are many and quick
-    (the last step always); calls with advance=0 (a step starting) print nothing there."""
-    start = time.perf_counter()
+    On a terminal: a transient rich bar. Off a terminal (CI logs, pipes): see StepLog (lines only
+    once the work has taken QUIET_S seconds, so a quick command prints nothing but its result)."""
     if not stderr_is_terminal():
-        state = {"done": 0, "printed": -math.inf}
-
-        def line(text: str, advance: int = 1) -> None:
-            if not advance:
-                return
-            state["done"] += advance
-            now = time.perf_counter()
-            if total <= LOG_EVERY_STEPS or now - state["printed"] >= LOG_EVERY_S or state["done"] >= total:
-                state["printed"] = now
-                progress_line(f"{description}: {text} ({int(state['done'])}/{total}) [{now - start:.1f} s]")
-
-        yield line
+        yield StepLog(description, total)
         return
     from rich.console import Console
     from rich.progress import Progress
@@ -277,11 +292,13 @@ progress_bar = progress
 
 @contextlib.contextmanager
 def busy(message: str) -> Iterator[None]:
-    """A spinner on stderr while one long step runs (terminal only); off a terminal one line when it ends."""
+    """A spinner on stderr while one long step runs (terminal only); off a terminal one line when it ends,
+    if it took QUIET_S seconds or more."""
     start = time.perf_counter()
     if not stderr_is_terminal():
         yield
-        progress_line(f"{message}: done [{time.perf_counter() - start:.1f} s]")
+        if time.perf_counter() - start >= QUIET_S:
+            progress_line(f"{message}: done [{time.perf_counter() - start:.1f} s]")
         return
     from rich.console import Console
 
@@ -289,6 +306,6 @@ def busy(message: str) -> Iterator[None]:
         yield
 
 
-__all__ = ["ARGV", "OUTPUTS", "NonEmptyPath", "Outputs", "busy", "current_outputs", "emit", "enum_choice",
+__all__ = ["ARGV", "OUTPUTS", "NonEmptyPath", "Outputs", "StepLog", "busy", "current_outputs", "emit", "enum_choice",
            "lab_output_options", "open_outputs", "overflow_option", "parse_real", "positive_int", "progress",
            "progress_bar", "provenance", "rounding_option", "stderr_is_terminal"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, parse_real, progress_line
+from precisionlab.cli.common import StepLog, emit, lab_output_options, parse_real
 from precisionlab.labs import limits
 from precisionlab.labs.result import LabResult
 
@@ -83,19 +83,13 @@ def _run_with_progress(options: dict[str, object]) -> LabResult:
     option prints only the one-line error. Off a terminal: one line per section as it starts,
     with the seconds so far.
     """
-    import time
-
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
     console = Console(stderr=True)
     if not console.is_terminal:
-        start = time.perf_counter()
-
-        def line(section: str) -> None:
-            progress_line(f"limits: {section} [{time.perf_counter() - start:.1f} s]")
-
-        return limits.run(progress=line, **options)  # type: ignore[arg-type]
+        log = StepLog("limits", limits.SECTION_STEPS)
+        return limits.run(progress=lambda section: log(f"starting {section}"), **options)  # type: ignore[arg-type]
     progress = Progress(console=console, transient=True)
     task: TaskID | None = None
 

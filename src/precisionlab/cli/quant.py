@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -41,6 +41,49 @@ def _one_line_messages() -> Iterator[None]:
         raise click.exceptions.Exit(2) from None
     finally:
         warnings.showwarning = original
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def selection_options(vectors: bool) -> Callable[[F], F]:
+    """--include / --exclude / --min-size / --keep-embeddings (and, for save, --vectors): which tensors of a
+    .safetensors model file are quantized (labs.quant_compare.Selection); the others pass through."""
+    options = [
+        click.option("--include", "include", multiple=True, metavar="PATTERN",
+                     help="Quantize only tensors whose name matches one of these patterns (fnmatch: '*.mlp.*'); "
+                          "repeatable."),
+        click.option("--exclude", "exclude", multiple=True, metavar="PATTERN",
+                     help="Never quantize tensors whose name matches (e.g. '*norm*'); repeatable."),
+        click.option("--min-size", type=int, default=1, show_default=True, callback=positive_int,
+                     help="Quantize only tensors of at least this many elements."),
+        click.option("--keep-embeddings", is_flag=True,
+                     help="Pass embeddings and lm_head through unchanged (*embed*, *lm_head*, *wte*, *wpe*, "
+                          "output.weight)."),
+    ]
+    if vectors:
+        options.append(click.option("--vectors", is_flag=True,
+                                    help="Also quantize 1-D tensors (biases, norm scales); by default only matrices "
+                                         "are quantized and 1-D tensors pass through unchanged."))
+
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def make_selection(include: tuple[str, ...], exclude: tuple[str, ...], min_size: int, keep_embeddings: bool,
+                   matrices_only: bool) -> Any:
+    from precisionlab.labs.quant_compare import Selection
+
+    return Selection(include=tuple(split_patterns(include)), exclude=tuple(split_patterns(exclude)),
+                     min_size=min_size, matrices_only=matrices_only, keep_embeddings=keep_embeddings)
+
+
+def split_patterns(values: tuple[str, ...]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
 @click.group("quant")
@@ -79,16 +122,23 @@ def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
 @click.option("--schemes", "-s", multiple=True,
               help="Scheme strings, comma-separated or repeated (default: int8:row, int4:g128, nf4:g64, mxfp8, "
                    "mxfp4, nvfp4, dsv3_weight).")
+@selection_options(vectors=False)
 @lab_output_options
-def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path | None) -> None:
-    """Every scheme on every float tensor of FILE (.npy or .safetensors, one tensor at a time; bf16 included)."""
+def compare(file: Path, schemes: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], min_size: int,
+            keep_embeddings: bool, as_json: bool, out_dir: Path | None) -> None:
+    """Every scheme on every float tensor of FILE (.npy or .safetensors, one tensor at a time; bf16 included).
+
+    A tensor a scheme cannot take gets an empty row with the reason; --include / --exclude / --min-size /
+    --keep-embeddings choose the tensors of a .safetensors file.
+    """
     from precisionlab.labs import quant_compare
 
     chosen = list(quant_compare.split_schemes(schemes)) or list(quant_compare.DEFAULT_SCHEMES)
+    selection = make_selection(include, exclude, min_size, keep_embeddings, matrices_only=False)
     with _one_line_messages():
-        total = quant_compare.progress_total(file, chosen)
+        total = quant_compare.progress_total(file, chosen, selection)
         with progress(total, "quantizing") as advance:
-            result = quant_compare.compare(file, chosen, progress=advance)
+            result = quant_compare.compare(file, chosen, progress=advance, selection=selection)
     emit(result, as_json, out_dir)
 
 
@@ -97,13 +147,21 @@ def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path |
 @click.option("--scheme", "-s", required=True, help="One scheme string, e.g. int4:g128, mxfp4, nvfp4, dsv3_weight.")
 @click.option("--output", "-o", required=True, type=NonEmptyPath(dir_okay=False, path_type=Path),
               help="The tagged .safetensors file to write (golden codes and scales).")
+@selection_options(vectors=True)
 @lab_output_options
-def save(file: Path, scheme: str, output: Path, as_json: bool, out_dir: Path | None) -> None:
-    """Quantize every float tensor of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file."""
+def save(file: Path, scheme: str, output: Path, include: tuple[str, ...], exclude: tuple[str, ...], min_size: int,
+         keep_embeddings: bool, vectors: bool, as_json: bool, out_dir: Path | None) -> None:
+    """Quantize the weight matrices of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file.
+
+    Every tensor that is not quantized (integers, 1-D biases and norms, names left out by --include /
+    --exclude / --min-size / --keep-embeddings, a tensor the scheme cannot take) is written through
+    unchanged, and the file's tag records it as such, with the reason.
+    """
     from precisionlab.labs import quant_compare
 
+    selection = make_selection(include, exclude, min_size, keep_embeddings, matrices_only=not vectors)
     with _one_line_messages():
-        total = len(quant_compare.iter_tensors(file)[0])
+        total = len(quant_compare.file_tensors(file))
         with progress(total, "quantizing") as advance:
-            result = quant_compare.quantize_file(file, scheme, output, progress=advance)
+            result = quant_compare.quantize_file(file, scheme, output, progress=advance, selection=selection)
     emit(result, as_json, out_dir)
