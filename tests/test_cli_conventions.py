@@ -103,6 +103,8 @@ def test_an_unregistered_format_name_is_called_a_custom_format(run_cli) -> None:
     assert data["summary"].startswith("custom format e4m4")
     assert "custom format" not in run_cli("explain", "0.1", "--format", "e4m3").output
     assert "custom format e3m3: E=3, M=3, bias 3" in run_cli("formats", "--codes", "e3m3").output
+    limits = json.loads(run_cli("limits", "--quick", "--formats", "fp16,e4m4", "--json").stdout)
+    assert limits["summary"].startswith("custom format e4m4: E=4, M=4, bias 7, IEEE-like")
 
 
 def test_an_uneven_tensor_parallel_split_is_refused(run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format, list_formats
 from precisionlab.labs import Lab
-from precisionlab.labs.formats_table import format_table, two_e4m3_table
+from precisionlab.labs.formats_table import custom_format_note, format_table, two_e4m3_table
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.numerics.accumulate import kahan_sum, pairwise_sum, sequential_sum
 from precisionlab.numerics.blocked import additions_on_longest_path, blocked_sum_fp32, gamma, worst_case_bound
@@ -98,7 +98,7 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
         params={"value": value, "formats": ",".join(f.name for f in chosen), "min_log2_n": min_log2_n,
                 "max_log2_n": max_log2_n, "order_n": order_n, "variance_n": variance_n,
                 "drift_n": drift_n, "stall_count": stall_count, "seed": seed},
-        summary=(_headline(findings, max_log2_n) + " "
+        summary=("".join(f"{note}. " for note in _custom_notes(formats)) + _headline(findings, max_log2_n) + " "
                  "Every number is measured on emulated arithmetic with one exact rounding per operation. "
                  "Read each hazard with the fix printed beside it: subtract the max before exp, keep fp32 master "
                  "weights, accumulate in fp32 (or pairwise), compare reductions with a tolerance, subtract the "
@@ -110,6 +110,12 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
             result.skip(f"vendor_crosscheck.{library}", f"the {library} column of the fp8 code cross-check",
                         missing_reason(library), install_hint(library), section="fp8_crosscheck")
     return result
+
+
+def _custom_notes(names: Sequence[str] | None) -> list[str]:
+    """'custom format e4m4: ...' for each name given that is not a registered format."""
+    notes = [custom_format_note(name, get_format(name)) for name in names or ()]
+    return list(dict.fromkeys(note for note in notes if note))
 
 
 def _headline(findings: dict[str, Scalar], max_log2_n: int) -> str:
