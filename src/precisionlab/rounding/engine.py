@@ -251,7 +251,6 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
     udt = dom.uint_dtype
     max_finite = dom.float_dtype(fmt.max_finite)
     is_nan = mag > udt(dom.inf_bits)
-    finite = mag < udt(dom.inf_bits)
     # Where the mode moves the magnitude toward zero it never leaves the range (None: nowhere).
     inward: np.ndarray | bool | None = True if plan.rounding is Rounding.TOWARD_ZERO else None if up is None else ~up
     # Unsigned: a negative x whose rounding is not zero lies below the range (handled after the top).
@@ -269,6 +268,7 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
     if below is not None:
         over &= ~below
     if over.any():
+        finite = mag < udt(dom.inf_bits)
         np.copyto(out, _overflow_value(fmt, plan.overflow, dom), where=over)
         if inward is not None:
             np.copyto(out, max_finite, where=over & finite & inward)
@@ -287,7 +287,7 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
         else:
             np.copyto(out, no_code, where=below)
             if inward is not None:
-                np.copyto(out, smallest, where=below & finite & inward)
+                np.copyto(out, smallest, where=below & (mag < udt(dom.inf_bits)) & inward)
         sign[...] = 0
     elif not fmt.has_negative_zero:
         sign[out == 0] = 0
