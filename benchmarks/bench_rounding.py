@@ -28,7 +28,8 @@ from _timing import best_of
 
 FORMATS = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn"), "e5m2": ("float8_e5m2", "float8_e5m2"),
            "e2m1": ("float4_e2m1fn", None), "bf16": ("bfloat16", "bfloat16")}
-P3109 = ("binary8p3se", "binary8p4se", "binary8p1ue", "binary8p3uf", "binary8p4sf", "binary6p3se")
+P3109 = ("binary8p3se", "binary8p4se", "binary8p3uf", "binary8p4sf", "binary6p3se", "binary8p1ue", "binary8p8ue")
+"""binary8p1ue and binary8p8ue are the family's exceptions to the 8-bit table path (see the README)."""
 MODES = ("nearest_even", "toward_zero", "toward_positive", "toward_negative", "to_odd")
 GFLOAT_MODES = {"nearest_even": "TiesToEven", "toward_zero": "TowardZero", "toward_positive": "TowardPositive",
                 "toward_negative": "TowardNegative"}  # gfloat 0.5 has no ToOdd
