@@ -244,8 +244,6 @@ def _problems(fmt: FloatFormat) -> str:
         return "an IEEE-style format needs a mantissa bit to encode NaN"
     if fmt.max_finite_code < 0 or (fmt.max_finite_code >> fmt.man_bits == 0 and fmt.subnormals):
         return "no finite normal number (its top codes are all inf or NaN)"
-    if fmt.emax < fmt.emin:
-        return "no finite normal binade"
     if fmt.emax > 1023 or fmt.emin < -1022:
         return "its range does not fit inside float64, which the emulation computes in"
     return ""
