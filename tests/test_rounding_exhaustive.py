@@ -3,9 +3,11 @@
 fewer (the registered ones and the whole P3109 family of widths 2 to 8), against exact rationals.
 
 Marked slow: `python3 -m pytest -m slow tests/test_rounding_exhaustive.py`. The ml_dtypes sweep takes
-minutes; the exact sweep about a minute per format on an idle 16-core machine (3 x 2^32 roundings;
--k binary8p3se picks one). NaN inputs to formats without NaN and ue8m0's lowest binade are the
-documented differences from ml_dtypes (tests/test_rounding_peers.py) and are left out there.
+minutes; the exact sweep is 3 x 2^32 roundings per format, 130 formats: 3-6 minutes for binary8p3se,
+e4m3 and binary4p2uf (the table path) and 13-14 for binary8p1ue and binary8p8ue (the exact path: binary8p1ue's 2^-127 is a float32
+subnormal, binary8p8ue has 7 mantissa bits) on the shared, loaded 2-core machine, so the whole sweep is
+hours there; `-k binary8p3se` picks one format. NaN inputs to formats without NaN and ue8m0's lowest
+binade are the documented differences from ml_dtypes (tests/test_rounding_peers.py), left out there.
 """
 
 from __future__ import annotations
@@ -70,7 +72,13 @@ def exact_by_class(fmt: FloatFormat, mode: str) -> np.ndarray:
     members = (((index >> np.uint32(1)) << np.uint32(16)) | (index & np.uint32(1))).view(np.float32)
     with np.errstate(invalid="ignore"):
         wide = members.astype(np.float64)
-    return np.array([ref.round(float(v), mode) for v in wide])
+    return np.array([ref.round(float(v), mode) for v in wide]).astype(np.float32)  # every result is a float32
+
+
+def same_float32_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bit patterns, or both NaN (payloads aside): same_bits, cheaper for 2^24-element chunks."""
+    equal = a.view(np.uint32) == b.view(np.uint32)
+    return bool(equal.all()) or bool((np.isnan(a[~equal]) & np.isnan(b[~equal])).all())
 
 
 @pytest.mark.slow
@@ -84,4 +92,5 @@ def test_every_float32_input_in_the_new_modes_matches_exact_rounding(fmt: FloatF
         x, classes = x[keep], input_class(u[keep])
         for mode in NEW_MODES:
             ours = pl.round_to(x, fmt, rounding=mode)
-            assert same_bits(ours, expected[mode][classes]).all(), (fmt.name, mode, hex(start))
+            assert ours.dtype == np.float32
+            assert same_float32_bits(ours, expected[mode][classes]), (fmt.name, mode, hex(start))
