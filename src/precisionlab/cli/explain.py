@@ -43,10 +43,13 @@ class ValueCommand(click.Command):
 @click.command("explain", cls=ValueCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("value")
 @click.option("--format", "-f", "format_spec", default="bf16", show_default=True,
-              help="Format name, custom e<E>m<M>, or 'all'.")
+              help="Format name, custom e<E>m<M>, P3109 binary<K>p<P>[s|u][e|f], or 'all'.")
 @click.option("--rounding", default="nearest_even", show_default=True,
-              help="nearest_even | nearest_away | toward_zero | stochastic")
-@click.option("--overflow", default=None, help="inf | nan | saturate (default: the format's own).")
+              help="nearest_even | nearest_away | toward_zero | toward_positive | toward_negative | to_odd | "
+                   "stochastic (P3109 names such as TowardPositive, ToOdd are accepted)")
+@click.option("--overflow", default=None,
+              help="inf | nan | saturate | saturate_propagate, or P3109's SatFinite | SatPropagate | SatNone "
+                   "(default: the format's own).")
 @lab_output_options
 def COMMAND(value: str, format_spec: str, rounding: str, overflow: str | None, as_json: bool,
             out_dir: Path | None) -> None:

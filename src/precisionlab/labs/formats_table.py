@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from precisionlab.formats import FloatFormat, Format, IntFormat, get_format, list_formats
+from precisionlab.formats import FloatFormat, Format, IntFormat, get_format, list_formats, p3109_formats
 from precisionlab.labs import Lab
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.rounding import decode
@@ -34,8 +34,10 @@ def format_table(formats: list[Format] | None = None) -> Table:
         title="Number formats, every cell derived from (E, M, bias, encoding)",
         columns=FORMAT_COLUMNS,
         rows=[format_row(f) for f in chosen],
-        note=("max finite = (2 - 2^-M)·2^emax (fn formats lose the all-ones code to NaN: 448 for e4m3); "
+        note=("max finite = (2 - 2^-M)·2^emax (fn formats lose the all-ones code to NaN: 448 for e4m3; "
+              "extended P3109 formats lose one more code to inf); "
               "min normal = 2^(1-bias); min subnormal = 2^(1-bias-M); ulp(1) = 2^-M; digits = (M+1)·log10 2. "
+              "P3109 binary<K>p<P>: M = P-1, E = K-P (+1 unsigned), bias 2^(E-1), one NaN, one zero. "
               "Integers: signed range -2^(b-1)..2^(b-1)-1; symmetric quantization uses ±(2^(b-1)-1)."),
         formats={"max finite": ".5g", "min normal": ".5g", "min subnormal": ".5g", "ulp(1)": ".4g"},
     )
@@ -105,8 +107,27 @@ def range_precision_figure(formats: list[FloatFormat]) -> Figure:
     )
 
 
-def run() -> LabResult:
-    floats = [f for f in list_formats("float") if isinstance(f, FloatFormat)]
+def chosen_formats(specs: list[str] | tuple[str, ...] = ()) -> list[Format]:
+    """The formats named (registry names, custom e<E>m<M>, P3109 binary<K>p<P>...), where 'p3109'
+    stands for the P3109 formats of width 8 and 'p3109:K' for those of width K; none: the registry."""
+    if not specs:
+        return list_formats()
+    chosen: list[Format] = []
+    for spec in specs:
+        family, _, width = spec.strip().lower().partition(":")
+        if family == "p3109":
+            if width and not width.isdigit():
+                raise ValueError(f"{spec!r}: write p3109 or p3109:<K> with a width K from 2 to 16")
+            chosen.extend(p3109_formats(int(width) if width else 8))
+        else:
+            chosen.append(get_format(spec))
+    return chosen
+
+
+def run(specs: list[str] | tuple[str, ...] = ()) -> LabResult:
+    """The table of every registered format, or of the formats named (see chosen_formats)."""
+    chosen = chosen_formats(specs)
+    floats = [f for f in chosen if isinstance(f, FloatFormat)]
     findings: dict[str, Scalar] = {}
     for f in floats:
         findings[f"max_finite.{f.name}"] = f.max_finite
@@ -115,8 +136,8 @@ def run() -> LabResult:
         findings[f"eps.{f.name}"] = f.eps
     return LabResult(
         name="formats",
-        title="Formats: derived limits of every registered format",
-        sections=[format_table()],
+        title="Formats: derived limits of " + ("the formats named" if specs else "every registered format"),
+        sections=[format_table(chosen)],
         figures=[range_precision_figure(floats)],
         findings=findings,
         summary="Every limit is computed from the format's defining fields; none is typed in.",
