@@ -102,7 +102,7 @@ def test_run_only_with_no_names_is_an_error(run_cli, tmp_path: Path) -> None:  #
 def test_out_of_memory_is_one_line(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from precisionlab.labs import formats_table
 
-    def exhausted() -> None:
+    def exhausted(*_specs: str) -> None:
         raise MemoryError("Unable to allocate 364. TiB")
 
     monkeypatch.setattr(formats_table, "run", exhausted)

@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -166,53 +167,60 @@ def positive_int(ctx: click.Context, param: click.Parameter, value: int | None) 
     return value
 
 
-class NamedChoice(click.Choice):
-    """A closed choice of canonical names (case-insensitive); anything else, an alias included, is refused
-    with the list and the closest names: `unknown rounding mode 'nearest': choose one of ... (did you mean
-    nearest_even?)`."""
+class EnumName(click.ParamType):
+    """A rounding mode or overflow policy: its canonical name or any alias the library accepts (case does
+    not matter), turned into the canonical name, so the output always names the mode it used. The help
+    lists every accepted spelling; anything else is refused with the canonical names and the closest:
+    `--rounding: unknown rounding mode 'nearst': choose one of nearest_even, ... (did you mean nearest_even?)`.
+    `default_names` are spellings that mean "the format's own policy" (P3109's SatNone): passed on as typed."""
 
-    def __init__(self, values: list[str], what: str) -> None:
-        super().__init__(values, case_sensitive=False)
-        self.what = what
+    def __init__(self, kind: type[Enum], what: str, default_names: tuple[str, ...] = ()) -> None:
+        self.kind, self.what, self.default_names = kind, what, default_names
+        self.name = what.split()[-1]
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         import difflib
 
+        from precisionlab.rounding.modes import parse_enum
+
+        if isinstance(value, str) and value.strip().lower() in self.default_names:
+            return value.strip()
         try:
-            return super().convert(value, param, ctx)
-        except click.BadParameter:
-            choices = [str(c) for c in self.choices]
-            close = difflib.get_close_matches(str(value).lower(), choices, n=2, cutoff=0.5)
+            return parse_enum(self.kind, value, self.what).value
+        except ValueError:
+            choices = [str(m.value) for m in self.kind]
+            close = difflib.get_close_matches(str(value).strip().lower(), choices, n=2, cutoff=0.5)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            self.fail(f"unknown {self.what} {value!r}: choose one of {', '.join(choices)}{hint}", param, ctx)
+            self.fail(f"unknown {self.what} {value!r}: choose one of {', '.join(choices)}{hint}; "
+                      "--help lists the other accepted spellings", param, ctx)
 
+    def help_text(self) -> str:
+        from precisionlab.rounding.modes import spellings
 
-def enum_choice(values: list[str], what: str = "value") -> click.Choice:
-    return NamedChoice(values, what)
-
-
-def _rounding_names() -> list[str]:
-    from precisionlab.rounding.modes import Rounding
-
-    return [m.value for m in Rounding]
-
-
-def _overflow_names() -> list[str]:
-    from precisionlab.formats import Overflow
-
-    return [m.value for m in Overflow]
+        parts = []
+        for name, aliases in spellings(self.kind).items():
+            parts.append(f"{name} ({', '.join(aliases)})" if aliases else name)
+        if self.default_names:
+            parts.append(f"{' / '.join(self.default_names)} (the format's own)")
+        return " | ".join(parts)
 
 
 def rounding_option(default: str = "nearest_even") -> Callable[[F], F]:
-    names = _rounding_names()
-    return click.option("--rounding", type=enum_choice(names, "rounding mode"), default=default, show_default=True,
-                        help="Rounding mode: " + " | ".join(names) + ".")
+    from precisionlab.rounding.modes import Rounding
+
+    kind = EnumName(Rounding, "rounding mode")
+    return click.option("--rounding", type=kind, default=default, show_default=True,
+                        help=f"Rounding mode (case does not matter; other spellings in brackets): {kind.help_text()}.")
 
 
 def overflow_option() -> Callable[[F], F]:
-    names = _overflow_names()
-    return click.option("--overflow", type=enum_choice(names, "overflow policy"), default=None,
-                        help="Overflow policy: " + " | ".join(names) + " (default: the format's own).")
+    from precisionlab.formats import Overflow
+    from precisionlab.rounding.modes import P3109_DEFAULT_OVERFLOW
+
+    kind = EnumName(Overflow, "overflow policy", P3109_DEFAULT_OVERFLOW)
+    return click.option("--overflow", type=kind, default=None,
+                        help=f"Overflow policy (default: the format's own; other spellings in brackets): "
+                             f"{kind.help_text()}.")
 
 
 def parse_real(text: str, what: str, allow_infinity: bool = True) -> float:
@@ -306,6 +314,6 @@ def busy(message: str) -> Iterator[None]:
         yield
 
 
-__all__ = ["ARGV", "OUTPUTS", "NonEmptyPath", "Outputs", "StepLog", "busy", "current_outputs", "emit", "enum_choice",
+__all__ = ["ARGV", "OUTPUTS", "EnumName", "NonEmptyPath", "Outputs", "StepLog", "busy", "current_outputs", "emit",
            "lab_output_options", "open_outputs", "overflow_option", "parse_real", "positive_int", "progress",
            "progress_bar", "provenance", "rounding_option", "stderr_is_terminal"]

@@ -45,7 +45,8 @@ class ValueCommand(click.Command):
 @click.command("explain", cls=ValueCommand)
 @click.argument("value")
 @click.option("--format", "-f", "format_spec", default="bf16", show_default=True,
-              help="Format name, custom e<E>m<M> (the output says when a name is read as a custom layout), or 'all'.")
+              help="Format name, custom e<E>m<M> (the output says when a name is read as a custom layout), "
+                   "P3109 binary<K>p<P>[s|u][e|f], or 'all'.")
 @rounding_option()
 @overflow_option()
 @lab_output_options

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from precisionlab.formats import Format, IntFormat, get_format, list_formats
+from precisionlab.formats import Format, IntFormat, Overflow, get_format, list_formats
 from precisionlab.labs.result import LabResult, Scalar, Table
 from precisionlab.rounding import decode, encode, neighbours, round_to, ulp
-from precisionlab.rounding.modes import parse_overflow, parse_rounding
+from precisionlab.rounding.modes import overflow_policy, parse_rounding
 
 COLUMNS = ["format", "sign", "exponent", "mantissa", "code", "stored", "below", "above", "ulp", "abs error",
            "rel error"]
@@ -94,8 +94,7 @@ def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even"
     note = custom_format_note(format_spec, formats[0]) if format_spec != "all" else None
     summary = f"{note}." if note else ""
     parse_rounding(rounding)  # a bad mode or policy is an error even where it does not apply (a code)
-    if overflow is not None:
-        parse_overflow(overflow)
+    overflow_policy(overflow, Overflow.SATURATE)  # a bad policy name is an error here too
     if code is not None:
         if len(formats) != 1:
             raise ValueError("a code belongs to one format: pass --format NAME, not all")

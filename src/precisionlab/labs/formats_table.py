@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 
 import numpy as np
 
-from precisionlab.formats import FloatFormat, Format, IntFormat, format_names, get_format, list_formats
+from precisionlab.formats import FloatFormat, Format, IntFormat, format_names, get_format, list_formats, p3109_formats
 from precisionlab.labs import Lab
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.numerics.crosscheck import all_codes
@@ -35,8 +37,10 @@ def format_table(formats: list[Format] | None = None) -> Table:
         title="Number formats, every cell derived from (E, M, bias, encoding)",
         columns=FORMAT_COLUMNS,
         rows=[format_row(f) for f in chosen],
-        note=("max finite = (2 - 2^-M)·2^emax (fn formats lose the all-ones code to NaN: 448 for e4m3); "
+        note=("max finite = (2 - 2^-M)·2^emax (fn formats lose the all-ones code to NaN: 448 for e4m3; "
+              "extended P3109 formats lose one more code to inf); "
               "min normal = 2^(1-bias); min subnormal = 2^(1-bias-M); ulp(1) = 2^-M; digits = (M+1)·log10 2. "
+              "P3109 binary<K>p<P>: M = P-1, E = K-P (+1 unsigned), bias 2^(E-1), one NaN, one zero. "
               "Integers: signed range -2^(b-1)..2^(b-1)-1; symmetric quantization uses ±(2^(b-1)-1)."),
         formats={"max finite": ".5g", "min normal": ".5g", "min subnormal": ".5g", "ulp(1)": ".4g"},
     )
@@ -118,13 +122,18 @@ def codes_result(spec: str | Format) -> LabResult:
     return LabResult(name="formats", title=table.title, sections=[table], summary=f"{note}." if note else "")
 
 
+CUSTOM_NAME = re.compile(r"^u?e\d+m\d+")
+"""The start of a custom e<E>m<M>... name."""
+
+
 def custom_format_note(spec: str, fmt: Format) -> str | None:
     """'custom format e4m4: E=4, M=4, bias 7, IEEE-like' when spec is not a registered name (None when it is).
 
     An unregistered name that parses as e<E>m<M>... is a valid custom layout, but a misspelt registered
     name (e4m4 for e4m3) would otherwise pass without a word."""
-    if spec.strip().lower() in format_names() or not isinstance(fmt, FloatFormat):
-        return None
+    key = spec.strip().lower()
+    if key in format_names() or not isinstance(fmt, FloatFormat) or not CUSTOM_NAME.match(key):
+        return None  # registered, or a name of another grammar (P3109's binary<K>p<P>...)
     encoding = {"ieee": "IEEE-like (inf and NaN)", "fn": "fn (no inf, NaN at the all-ones code)",
                 "fnuz": "fnuz (no inf, no -0, one NaN at 0x80)", "finite": "finite (no inf, no NaN)"}
     sign = "" if fmt.signed else ", unsigned"
@@ -159,21 +168,46 @@ def range_precision_figure(formats: list[FloatFormat]) -> Figure:
     )
 
 
-def run() -> LabResult:
-    floats = [f for f in list_formats("float") if isinstance(f, FloatFormat)]
+def chosen_formats(specs: list[str] | tuple[str, ...] = ()) -> list[Format]:
+    """The formats named (registry names, custom e<E>m<M>, P3109 binary<K>p<P>...), where 'p3109'
+    stands for the P3109 formats of width 8 and 'p3109:K' for those of width K; none: the registry."""
+    if not specs:
+        return list_formats()
+    chosen: list[Format] = []
+    for spec in specs:
+        family, _, width = spec.strip().lower().partition(":")
+        if family == "p3109":
+            if width and not width.isdigit():
+                raise ValueError(f"{spec!r}: write p3109 or p3109:<K> with a width K from 2 to 16")
+            chosen.extend(p3109_formats(int(width) if width else 8))
+        else:
+            chosen.append(get_format(spec))
+    return chosen
+
+
+def run(specs: list[str] | tuple[str, ...] = ()) -> LabResult:
+    """The table of every registered format, or of the formats named (see chosen_formats)."""
+    chosen = chosen_formats(specs)
+    floats = [f for f in chosen if isinstance(f, FloatFormat)]
     findings: dict[str, Scalar] = {}
     for f in floats:
         findings[f"max_finite.{f.name}"] = f.max_finite
         findings[f"min_normal.{f.name}"] = f.min_normal
         findings[f"min_subnormal.{f.name}"] = f.min_subnormal
         findings[f"eps.{f.name}"] = f.eps
+    notes = []
+    for spec in specs:
+        with contextlib.suppress(ValueError):  # a family keyword (p3109, p3109:K) is not one format
+            note = custom_format_note(spec, get_format(spec))
+            if note:
+                notes.append(f"{note}. ")
     return LabResult(
         name="formats",
-        title="Formats: derived limits of every registered format",
-        sections=[format_table()],
+        title="Formats: derived limits of " + ("the formats named" if specs else "every registered format"),
+        sections=[format_table(chosen)],
         figures=[range_precision_figure(floats)],
         findings=findings,
-        summary=_summary(floats),
+        summary="".join(notes) + _summary(floats),
     )
 
 

@@ -207,7 +207,7 @@ def _element_description(scheme_element: str) -> str:
         return "nf4 (codebook)"
     fmt = get_format(scheme_element)
     if isinstance(fmt, FloatFormat):
-        return f"{fmt.name} ({fmt.encoding.value}, max {fmt.max_finite:g})"
+        return f"{fmt.name} ({fmt.encoding.value}{', extended' if fmt.extended else ''}, max {fmt.max_finite:g})"
     return f"{fmt.name} ({'signed' if fmt.signed else 'unsigned'} integer)"
 
 

@@ -4,7 +4,9 @@ Grammar (colon-separated)::
 
     ELEMENT[:GRANULARITY][:OPTION ...]      or      PRESET[:OPTION ...]
 
-    ELEMENT      int8 int4 int2 uint8 uint4 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 nf4
+    ELEMENT      int8 int4 int2 uint8 uint4 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 nf4, or a
+                 signed IEEE P3109 format of 8 bits or fewer: binary<K>p<P>[s][e|f] (binary8p3se,
+                 p3109_k8p4; binary8p4sf is e4m3fnuz and binary8p3sf e5m2fnuz)
     GRANULARITY  tensor (default) | row | col | g<N> (groups of N along the last axis)
                  | block<R>x<C> (2-D blocks over the last two axes) | tile1x<C>
     OPTION       sym (default for signed elements) | asym (zero point)
@@ -40,6 +42,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 from enum import Enum
+
+from precisionlab.formats import get_format
+from precisionlab.formats.p3109 import parse_p3109
 
 INT_ELEMENTS = ("int8", "int4", "int2", "uint8", "uint4")
 FLOAT_ELEMENTS = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1")
@@ -121,15 +126,30 @@ class Scheme:
 
     @property
     def is_float(self) -> bool:
-        return self.element in FLOAT_ELEMENTS
+        return self.element in FLOAT_ELEMENTS or p3109_element(self.element) is not None
 
     def __str__(self) -> str:
         return format_scheme(self)
 
 
 # --------------------------------------------------------------------------- validation
+def p3109_element(name: str) -> str | None:
+    """The element a P3109 format name stands for (the registry's name where it has one: binary8p4sf
+    is e4m3fnuz), or None for a name outside that grammar. ValueError for a P3109 format that cannot
+    be an element: unsigned (no negatives to quantize) or wider than 8 bits."""
+    if parse_p3109(name) is None:
+        return None
+    fmt = get_format(name)
+    if not fmt.signed:
+        raise ValueError(f"{name} is unsigned (it holds no negatives); a quantization element is signed: "
+                         "binary<K>p<P>se or binary<K>p<P>sf")
+    if fmt.bits > 8:
+        raise ValueError(f"element {name} is {fmt.bits} bits wide; quantization elements are 8 bits or fewer")
+    return fmt.name
+
+
 def _problem(s: Scheme) -> str:
-    if s.element not in ELEMENTS:
+    if s.element not in ELEMENTS and p3109_element(s.element) is None:
         return f"unknown element {s.element!r}"
     if s.scale not in SCALE_FORMATS:
         return f"unknown scale format {s.scale!r}"
@@ -225,7 +245,13 @@ def parse_scheme(spec: str | Scheme) -> Scheme:
         return _apply_options(PRESETS[head], rest, spec, preset=True)
     element = ELEMENT_ALIASES.get(head, head)
     if element not in ELEMENTS:
-        raise ValueError(f"unknown element or preset {head!r} in scheme {spec!r}{_suggest(head)}")
+        try:
+            p3109 = p3109_element(element)
+        except ValueError as err:
+            raise ValueError(f"{err} (scheme {spec!r})") from None
+        if p3109 is None:
+            raise ValueError(f"unknown element or preset {head!r} in scheme {spec!r}{_suggest(head)}")
+        element = p3109
     fields: dict[str, object] = {"element": element, "scale": default_scale(element),
                                  "symmetric": element not in ("uint8", "uint4")}
     if rest and _is_granularity(rest[0]):
@@ -388,7 +414,7 @@ def _suggest(token: str) -> str:
     names = [*ELEMENTS, *PRESETS, *ELEMENT_ALIASES]
     close = difflib.get_close_matches(token, names, n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return f"{hint} (elements: {', '.join(ELEMENTS)}; presets: {', '.join(PRESETS)})"
+    return f"{hint} (elements: {', '.join(ELEMENTS)}, binary<K>p<P>se|sf; presets: {', '.join(PRESETS)})"
 
 
 _GRANULARITY_NAMES = ("tensor", "row", "col", "channel")
