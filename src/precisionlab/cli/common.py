@@ -11,7 +11,7 @@ A new command gets them all by using `lab_output_options` and `emit` (see docs/c
   pipes), one line per finished step with the time so far.
 - Numbers typed by the user go through `parse_real` (which refuses what float64 would silently turn
   into inf or 0); rounding modes and overflow policies through `rounding_option` / `overflow_option`
-  (their canonical names, listed in the help).
+  (every accepted spelling listed in the help, the canonical name handed on).
 Errors, exit codes, Ctrl-C and option spelling are handled once for every command in `cli.main`.
 """
 
