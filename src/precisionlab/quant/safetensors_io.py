@@ -12,8 +12,11 @@ scale format: F32 / F16 / BF16 / F8_E4M3, ue8m0 as U8 biased exponents), w.zero_
 (U8, packed at the element width), w.outlier_rows (F16), w.outlier_index (I32),
 w.tensor_scale (F32, shape [1]); the metadata key "precisionlab.quant" = "1" tags the
 file and "w" holds a JSON record (scheme, element format with its encoding, scale
-format, shape, dtype). Loading an untagged file, or one whose record disagrees with its
-entries, is an error. Files are written to a temporary name and renamed, so a failed
+format, shape, dtype). A tensor written through unchanged (`PassThrough`: a bias, a norm, an
+integer table, whatever was not quantized) is stored as itself, under its own name, in its own
+dtype, and its record says so: {"passthrough": true, "dtype", "shape", "reason"}; `load_quantized`
+returns the quantized tensors, `load_passthrough` the others. Loading an untagged file, or one
+whose record disagrees with its entries, is an error. Files are written to a temporary name and renamed, so a failed
 write leaves nothing behind. Tensors are read one at a time, when asked for, with the file
 open only for that read (a file of any number of tensors holds no file descriptors).
 """
@@ -231,8 +234,20 @@ def _scale_values(dtype: str, raw: np.ndarray, scale_format: str, shape: tuple[i
     return np.asarray(decode(np.asarray(raw), scale_format), dtype=np.float32).reshape(shape)
 
 
-def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | QuantizedTensor) -> None:
-    """Write quantized tensors (a dict, or one tensor under the name 'tensor') to a tagged file."""
+@dataclass(frozen=True)
+class PassThrough:
+    """A tensor written unchanged beside the quantized ones: its safetensors dtype, its stored values
+    (BF16 / F8 as their bit patterns, as Entry.raw() reads them) and why it was not quantized."""
+
+    dtype: str
+    array: np.ndarray
+    reason: str
+
+
+def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | QuantizedTensor,
+                   passthrough: dict[str, PassThrough] | None = None) -> None:
+    """Write quantized tensors (a dict, or one tensor under the name 'tensor') to a tagged file, with the
+    `passthrough` tensors stored unchanged (and recorded as such) beside them."""
     items = {"tensor": tensors} if isinstance(tensors, QuantizedTensor) else dict(tensors)
     entries: dict[str, tuple[str, np.ndarray]] = {}
     metadata = {TAG_KEY: TAG_VERSION}
@@ -257,7 +272,53 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
             "scheme": str(q.scheme), "element": _element_description(q.scheme.element),
             "scale_format": q.scheme.scale, "shape": list(q.shape), "dtype": q.dtype,
         })
+    for name, kept in (passthrough or {}).items():
+        if not isinstance(name, str) or not name or name in ("__metadata__", TAG_KEY):
+            raise ValueError(f"tensor name {name!r} is empty or reserved")
+        if name in items or name in entries:
+            raise ValueError(f"tensor name {name!r} is both quantized and passed through (or collides with a "
+                             "quantized tensor's entry)")
+        if not isinstance(kept, PassThrough):
+            raise TypeError(f"tensor {name!r} is a {type(kept).__name__}, not a PassThrough")
+        entries[name] = (kept.dtype, kept.array)
+        metadata[name] = json.dumps({"passthrough": True, "dtype": kept.dtype, "shape": list(kept.array.shape),
+                                     "reason": kept.reason})
     write_safetensors(path, entries, metadata)
+
+
+def load_passthrough(path: str | Path) -> dict[str, PassThrough]:
+    """Every tensor of a tagged file that was written through unchanged, as stored, with its reason."""
+    entries, metadata = read_safetensors(path)
+    if metadata.get(TAG_KEY) != TAG_VERSION:
+        raise ValueError(f"{path}: not a precisionlab quantized file (no '{TAG_KEY}' tag in its metadata)")
+    out: dict[str, PassThrough] = {}
+    for name, record in _records(path, metadata):
+        if record.get("passthrough") is not True:
+            continue
+        entry = entries.get(name)
+        shape = record.get("shape")
+        if entry is None or entry.dtype != record.get("dtype") or list(entry.shape) != shape:
+            held = f"{entry.dtype} {list(entry.shape)}" if entry is not None else "no such entry"
+            raise ValueError(f"{path}: tensor {name!r} is recorded as passed through as {record.get('dtype')} "
+                             f"{shape}, but the file holds {held}")
+        out[name] = PassThrough(entry.dtype, entry.raw(), str(record.get("reason", "")))
+    return out
+
+
+def _records(path: str | Path, metadata: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    """The JSON-object records of a tagged file's metadata (a tool's plain-string values are left alone)."""
+    records = []
+    for name, text in metadata.items():
+        if name == TAG_KEY or not text.lstrip().startswith("{"):
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: bad record for tensor {name!r}: {exc}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: bad record for tensor {name!r}: not a JSON object")
+        records.append((name, record))
+    return records
 
 
 def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
@@ -275,6 +336,8 @@ def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
             continue  # a tool's own metadata (safetensors writers add e.g. format = pt): records are JSON objects
         try:
             record = json.loads(text)
+            if isinstance(record, dict) and record.get("passthrough") is True:
+                continue  # written through unchanged: load_passthrough reads it
             scheme = parse_scheme(record["scheme"])
             dims = record["shape"]
             if not isinstance(dims, list) or not all(type(d) is int for d in dims):  # no 33.5 -> 33, "4" -> 4

@@ -226,7 +226,7 @@ PRESET_OPTIONS = ("axis", "nonfinite", "mx", "minscale", "scaleround")
 
 
 def default_scale(element: str) -> str:
-    """fp16 for integer elements (Exercise 3's byte count), fp32 for float and codebook elements."""
+    """fp16 for integer elements (the byte count of the per-group int8 drill), fp32 for float and codebook elements."""
     return "fp16" if element in INT_ELEMENTS else "fp32"
 
 

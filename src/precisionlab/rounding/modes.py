@@ -113,3 +113,9 @@ def overflow_policy(value: str | Overflow | None, default: Overflow) -> Overflow
 
 def parse_nan(value: str | NanPolicy) -> NanPolicy:
     return parse_enum(NanPolicy, value, "NaN policy")
+
+
+def spellings(kind: type[Enum]) -> dict[str, list[str]]:
+    """Every alias parse_enum accepts for each member of `kind` (lower case; matching ignores case), by
+    the member's value: what a command line lists in its help beside the canonical names."""
+    return {str(m.value): [alias for alias, value in _ALIASES.items() if value == m.value] for m in kind}
