@@ -175,5 +175,5 @@ def test_custom_integers(name: str, bits: int, signed: bool) -> None:
 
 @pytest.mark.parametrize("name", ["int1", "int0", "uint33", "int123"])
 def test_impossible_custom_integers(name: str) -> None:
-    with pytest.raises(ValueError, match="integer format|unknown format"):
+    with pytest.raises(ValueError, match=r"integer format|unknown format"):
         pl.get_format(name)

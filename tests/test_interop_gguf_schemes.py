@@ -46,6 +46,22 @@ def test_every_smollm2_tensor_is_grid_aligned_with_its_scheme() -> None:
     assert checked == {"Q4_1": 210, "Q8_0": 1}
 
 
+def test_the_plain_grammar_spellings_are_grid_aligned_too() -> None:
+    """precisionlab's own rule under the same layout (uint4:g32:min=fp16, int8:g32) also gives SmolLM2's values
+    back; an integer zero point (uint4:g32) or a symmetric int4 grid moves nearly every value."""
+    smollm2_path()
+    ckpt = writers.smollm2_checkpoint()
+    q4_1 = [t for t in ckpt.values() if t.layout == "gguf:Q4_1"][:12]
+    for t in q4_1:
+        values = t.dequantize()
+        assert same_bits(quantize(values, "uint4:g32:min=fp16").dequantize(), values), t.name
+    values = q4_1[0].dequantize()
+    for other in ("uint4:g32", "int4:g32"):
+        assert np.mean(quantize(values, other).dequantize() != values) > 0.9, other
+    embedding = ckpt["token_embd.weight"].dequantize()
+    assert same_bits(quantize(embedding, "int8:g32").dequantize(), embedding)
+
+
 def test_a_read_tensor_is_a_quantized_tensor_under_its_preset() -> None:
     smollm2_path()
     t = writers.smollm2_checkpoint()["blk.0.attn_q.weight"]

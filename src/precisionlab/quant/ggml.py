@@ -1,7 +1,7 @@
 """llama.cpp's reference quantizers for the gguf_* presets (ggml-quants.c `quantize_row_*_ref`), in float32 numpy.
 
 Each operation is the C code's, in its order, in float32, with no fused multiply-add and every sum taken
-left to right as the C loops take it (numpy's `add.accumulate`); `nearest_int` is the C's bit trick
+left to right as the C loops take it (`column_sum`); `nearest_int` is the C's bit trick
 (add 1.5 * 2^23, keep the low mantissa bits: round to nearest, ties to even). Per block, x float32:
 
     Q8_0  d = amax / 127                         q = roundf(x * (1/d))                 (ties away from 0)
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from precisionlab import parallel as thread_pool
 from precisionlab.formats import IntFormat
 from precisionlab.quant import diagnostics as diag
 from precisionlab.quant import qparams as qp
@@ -46,8 +47,8 @@ from precisionlab.quant.scheme import Scheme
 from precisionlab.quant.tensor import QuantizedTensor, TwoLevelScales, check_whole_blocks
 
 F32 = np.float32
-CHUNK_ELEMENTS = 1 << 20
-"""Elements quantized at a time (the K-quant searches hold a few float32 copies of a chunk)."""
+CHUNK_ELEMENTS = 1 << 18
+"""Elements quantized at a time (the K-quant searches hold a few float32 copies of a chunk: 1 MiB each)."""
 GROUP_MAX_EPS = F32(1e-15)
 
 
@@ -93,17 +94,15 @@ def roundf(v: np.ndarray) -> np.ndarray:
     return np.copysign(whole + (a - whole >= F32(0.5)), v)
 
 
-def c_cast(v: np.ndarray) -> np.ndarray:
-    """C's float -> int8 cast: truncation toward zero, as int16. A non-finite v (1/d overflowed: a block of
-    values below about 2^-125) is undefined in C; x86's cvttss2si gives 0x80000000, whose low byte 0 the
-    int8 keeps, and so do gguf-py's numpy casts there: 0 here on every platform."""
+def c_cast(v: np.ndarray, finite_rows: np.ndarray) -> np.ndarray:
+    """C's float -> int8 cast: truncation toward zero, as int16, of v (blocks, elements). v is finite in every
+    block whose d and 1/d are (`finite_rows`). Elsewhere (1/d overflowed: a block of values below about
+    2^-125) the C cast of a non-finite value is undefined; x86's cvttss2si gives 0x80000000, whose low
+    byte 0 the int8 keeps, and so do gguf-py's numpy casts there: 0 here on every platform."""
+    if not finite_rows.all():
+        v = np.where(np.isfinite(v), v, F32(0))
     with np.errstate(invalid="ignore"):
-        return np.trunc(np.where(np.isfinite(v), v, F32(0))).astype(np.int16)
-
-
-def running_sum(terms: np.ndarray) -> np.ndarray:
-    """sum over the last axis, left to right in float32 (the C loop's `s += t`)."""
-    return np.add.accumulate(terms, axis=-1, dtype=F32)[..., -1]
+        return np.trunc(v).astype(np.int16)
 
 
 def first_largest_magnitude(x: np.ndarray) -> np.ndarray:
@@ -115,27 +114,31 @@ def first_largest_magnitude(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- legacy 32-element types
 def q8_0(x: np.ndarray) -> Blocks:
     d = np.abs(x).max(axis=1) / F32(127)
-    with np.errstate(invalid="ignore"):
-        q = c_cast(roundf(x * reciprocal(d)[:, None]))
+    inverse = reciprocal(d)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = c_cast(roundf(x * inverse[:, None]), np.isfinite(inverse)[:, None])
     return Blocks(q, fp16(d)[:, None])
 
 
 def _signed(x: np.ndarray, half: int) -> Blocks:
     """Q4_0 (half 8) and Q5_0 (half 16): d = max / -half, q = min(2 half - 1, trunc(x / d + half + 1/2)) - half."""
     d = first_largest_magnitude(x) / F32(-half)
+    inverse = reciprocal(d)
     with np.errstate(invalid="ignore", over="ignore"):
-        v = x * reciprocal(d)[:, None] + F32(half + 0.5)
-    q = np.minimum(c_cast(v), np.int16(2 * half - 1)) - np.int16(half)
+        v = x * inverse[:, None] + F32(half + 0.5)
+    q = np.minimum(c_cast(v, np.isfinite(inverse)[:, None]), np.int16(2 * half - 1)) - np.int16(half)
     return Blocks(q, fp16(d)[:, None])
 
 
 def _with_min(x: np.ndarray, top: int) -> Blocks:
     """Q4_1 (top 15) and Q5_1 (top 31): d = (max - min) / top, q = min(top, trunc((x - min) / d + 1/2))."""
     low = x.min(axis=1)
-    d = (x.max(axis=1) - low) / F32(top)
+    with np.errstate(over="ignore"):
+        d = (x.max(axis=1) - low) / F32(top)
+    inverse = reciprocal(d)
     with np.errstate(invalid="ignore", over="ignore"):
-        v = (x - low[:, None]) * reciprocal(d)[:, None] + F32(0.5)
-    q = np.minimum(c_cast(v), np.int16(top))
+        v = (x - low[:, None]) * inverse[:, None] + F32(0.5)
+    q = np.minimum(c_cast(v, (np.isfinite(inverse) & np.isfinite(d))[:, None]), np.int16(top))
     return Blocks(q, fp16(d)[:, None], fp16(low)[:, None])
 
 
@@ -156,27 +159,38 @@ def q5_1(x: np.ndarray) -> Blocks:
 
 
 # --------------------------------------------------------------------------- K-quants
+# The searches run over many sub-blocks at once with the sub-block's elements on the FIRST axis (shape
+# (elements, sub-blocks)): each C loop `s += t[i]` is then one contiguous vector add per element, in order.
+def column_sum(terms: np.ndarray) -> np.ndarray:
+    """sum over axis 0, left to right in float32 (the C loop's `s += t`), for (elements, sub-blocks) arrays."""
+    total = terms[0].astype(F32, copy=True)
+    for row in terms[1:]:
+        total += row
+    return total
+
+
 def make_qkx2_quants(x: np.ndarray, weights: np.ndarray, nmax: int, rmin: float, rdelta: float,
                      nstep: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ggml's make_qkx2_quants (use_mad false) over rows of x: (scale, the_min = -min, codes 0..nmax)."""
-    low = x.min(axis=1)
-    high = x.max(axis=1)
-    sum_w = running_sum(weights)
-    sum_x = running_sum(weights * x)
+    """ggml's make_qkx2_quants (use_mad false) over the columns of x (elements, sub-blocks):
+    (scale, the_min = -min, codes 0..nmax)."""
+    low = x.min(axis=0)
+    high = x.max(axis=0)
+    sum_w = column_sum(weights)
+    sum_x = column_sum(weights * x)
     low = np.where(low > 0, F32(0), low)
     flat = high == low
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = F32(nmax) / (high - low)
         scale = F32(1) / iscale
-        codes = _clamped(iscale[:, None] * (x - low[:, None]), 0, nmax)
+        codes = _clamped(iscale * (x - low), 0, nmax)
         best_error = _weighted_error(scale, low, codes, x, weights)
         for step in range(nstep + 1):
             trial = (F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (high - low)
-            candidate = _clamped(trial[:, None] * (x - low[:, None]), 0, nmax)
+            candidate = _clamped(trial * (x - low), 0, nmax)
             wl = weights * candidate
-            sum_l = running_sum(wl)
-            sum_l2 = running_sum(wl * candidate)
-            sum_xl = running_sum(wl * x)
+            sum_l = column_sum(wl)
+            sum_l2 = column_sum(wl * candidate)
+            sum_xl = column_sum(wl * x)
             det = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
@@ -185,11 +199,11 @@ def make_qkx2_quants(x: np.ndarray, weights: np.ndarray, nmax: int, rmin: float,
             this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
             error = _weighted_error(this_scale, this_min, candidate, x, weights)
             better = (det > 0) & (error < best_error) & ~flat
-            codes = np.where(better[:, None], candidate, codes)
+            codes = np.where(better, candidate, codes)
             best_error = np.where(better, error, best_error)
             scale = np.where(better, this_scale, scale)
             low = np.where(better, this_min, low)
-    codes = np.where(flat[:, None], F32(0), codes)
+    codes = np.where(flat, F32(0), codes)
     return np.where(flat, F32(0), scale), -low, codes
 
 
@@ -201,17 +215,22 @@ def _clamped(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
 def _weighted_error(scale: np.ndarray, low: np.ndarray, codes: np.ndarray, x: np.ndarray,
                     weights: np.ndarray) -> np.ndarray:
     """sum of w * (scale * L + min - x)^2, left to right."""
-    diff = scale[:, None] * codes + low[:, None] - x
-    return running_sum(weights * (diff * diff))
+    diff = scale * codes + low - x
+    return column_sum(weights * (diff * diff))
+
+
+def _columns(x: np.ndarray, width: int) -> np.ndarray:
+    """(n, k * width) rows -> (width, n * k): each sub-block of `width` elements a contiguous column."""
+    return np.ascontiguousarray(x.reshape(-1, width).T)
 
 
 def q4_k(x: np.ndarray) -> Blocks:
     n = x.shape[0]
-    sub = x.reshape(n * 8, 32)
-    av_x = np.sqrt(running_sum(sub * sub) / F32(32))
-    weights = av_x[:, None] + np.abs(sub)
+    sub = _columns(x, 32)  # (32, n * 8)
+    av_x = np.sqrt(column_sum(sub * sub) / F32(32))
+    weights = av_x + np.abs(sub)
     scales, mins, codes = make_qkx2_quants(sub, weights, 15, -1.0, 0.1, 20)
-    scales, mins, codes = scales.reshape(n, 8), mins.reshape(n, 8), codes.reshape(n, 8, 32)
+    scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
     max_scale = np.maximum(scales.max(axis=1), F32(0))
     max_min = np.maximum(mins.max(axis=1), F32(0))
     with np.errstate(divide="ignore"):
@@ -224,21 +243,23 @@ def q4_k(x: np.ndarray) -> Blocks:
     d_sub = d[:, None] * sc
     dm_sub = dmin[:, None] * mc
     with np.errstate(divide="ignore", invalid="ignore"):
-        again = _clamped((sub.reshape(n, 8, 32) + dm_sub[:, :, None]) / d_sub[:, :, None], 0, 15)
-    codes = np.where((d_sub != 0)[:, :, None], again, codes)
-    return Blocks(codes.reshape(n, 256).astype(np.int16), d_sub, -dm_sub, d[:, None], sc, dmin[:, None], mc)
+        again = _clamped((sub + dm_sub.reshape(-1)) / d_sub.reshape(-1), 0, 15)
+    codes = np.where(d_sub.reshape(-1) != 0, again, codes)
+    values = codes.T.reshape(n, 256).astype(np.int16)
+    return Blocks(values, d_sub, -dm_sub, d[:, None], sc, dmin[:, None], mc)
 
 
 def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """ggml's make_qx_quants with rmse_type 1 (weights x^2) over rows of x: (scale, codes -nmax..nmax-1)."""
-    top = first_largest_magnitude(x)
+    """ggml's make_qx_quants with rmse_type 1 (weights x^2) over the columns of x (elements, sub-blocks):
+    (scale, codes -nmax..nmax-1)."""
+    top = np.take_along_axis(x, np.argmax(np.abs(x), axis=0)[None, :], axis=0)[0]  # first largest |x|
     tiny = np.abs(top) < GROUP_MAX_EPS
     weights = x * x
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
 
         def fit(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            codes = _clamped(iscale[:, None] * x, -nmax, nmax - 1)
-            return codes, running_sum(weights * x * codes), running_sum(weights * codes * codes)
+            codes = _clamped(iscale * x, -nmax, nmax - 1)
+            return codes, column_sum(weights * x * codes), column_sum(weights * codes * codes)
 
         codes, sumlx, suml2 = fit(F32(-nmax) / top)
         scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
@@ -248,17 +269,17 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
                 continue
             candidate, sumlx, suml2 = fit(-(F32(nmax) + F32(0.1) * F32(step)) / top)
             better = (suml2 > 0) & (sumlx * sumlx > best * suml2) & ~tiny
-            codes = np.where(better[:, None], candidate, codes)
+            codes = np.where(better, candidate, codes)
             scale = np.where(better, sumlx / suml2, scale)
             best = np.where(better, scale * sumlx, best)
-    return np.where(tiny, F32(0), scale), np.where(tiny[:, None], F32(-nmax), codes)  # all-zero: L = 0, i.e. -nmax
+    return np.where(tiny, F32(0), scale), np.where(tiny, F32(-nmax), codes)  # all-zero: L = 0, i.e. -nmax
 
 
 def q6_k(x: np.ndarray) -> Blocks:
     n = x.shape[0]
-    sub = x.reshape(n * 16, 16)
+    sub = _columns(x, 16)  # (16, n * 16)
     scales, codes = make_qx_quants(sub, 32)
-    scales, codes = scales.reshape(n, 16), codes.reshape(n, 16, 16)
+    scales = scales.reshape(n, 16)
     max_scale = first_largest_magnitude(scales)
     empty = np.abs(max_scale) < GROUP_MAX_EPS
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -268,10 +289,10 @@ def q6_k(x: np.ndarray) -> Blocks:
     sc = np.where(empty[:, None], F32(0), ((code + 128) & 0xFF) - 128).astype(F32)  # stored as int8_t
     d_sub = d[:, None] * sc
     with np.errstate(divide="ignore", invalid="ignore"):
-        again = _clamped(sub.reshape(n, 16, 16) / d_sub[:, :, None], -32, 31)
-    codes = np.where((d_sub != 0)[:, :, None], again, codes)
-    codes = np.where(empty[:, None, None], F32(-32), codes)  # a zeroed block reads its codes as 0 - 32
-    return Blocks(codes.reshape(n, 256).astype(np.int16), d_sub, None, d[:, None], sc)
+        again = _clamped(sub / d_sub.reshape(-1), -32, 31)
+    codes = np.where(d_sub.reshape(-1) != 0, again, codes)
+    codes = np.where(np.repeat(empty, 16), F32(-32), codes)  # a zeroed block reads its codes as 0 - 32
+    return Blocks(codes.T.reshape(n, 256).astype(np.int16), d_sub, None, d[:, None], sc)
 
 
 QUANTIZERS: dict[str, Callable[[np.ndarray], Blocks]] = {
@@ -286,21 +307,37 @@ def quantize_blocks(x: np.ndarray, ggml_type: str) -> Blocks:
 
 # --------------------------------------------------------------------------- a QuantizedTensor
 def quantize_view(view: np.ndarray, s: Scheme, shape: tuple[int, ...], dtype_name: str) -> QuantizedTensor:
-    """Quantize a canonical (1, M, N) view under a gguf_* preset (blocks along N, whole blocks only)."""
+    """Quantize a canonical (1, M, N) view under a gguf_* preset (blocks along N, whole blocks only), a chunk
+    of blocks at a time."""
     assert s.ggml is not None
     _, m, n = view.shape
     check_whole_blocks(s, n)
-    if not np.isfinite(view).all():
-        raise ValueError(f"the input holds NaN or inf; {s} (llama.cpp's {s.ggml} quantizer) needs finite values")
-    qp.check_float32_range(np.abs(view).max(initial=0.0))
     block = s.super_block or s.group
-    rows = np.ascontiguousarray(view, dtype=F32).reshape(-1, block)
+    source = view.reshape(-1, block)
     step = max(1, CHUNK_ELEMENTS // block)
-    parts = [quantize_blocks(rows[i : i + step], s.ggml) for i in range(0, rows.shape[0], step)]
-    joined = _concatenate(parts)
+    fmt = codec(s.element).fmt
+    assert isinstance(fmt, IntFormat)
+    codes = np.empty(source.shape, dtype=np.uint8)
+
+    def one(start: int) -> tuple[Blocks, int]:
+        chunk = source[start : start + step]
+        if not np.isfinite(chunk).all():
+            raise ValueError(f"the input holds NaN or inf; {s} (llama.cpp's {s.ggml} quantizer) needs finite values")
+        if chunk.dtype != F32:
+            qp.check_float32_range(np.abs(chunk).max(initial=0.0))
+        rows = np.ascontiguousarray(chunk, dtype=F32)
+        part = quantize_blocks(rows, s.ggml)
+        codes[start : start + step] = int_codes(part.values, fmt)
+        part.values = np.empty((0, block), dtype=np.int16)  # kept as codes: the scales are what is joined
+        return part, _clipped(rows, part, s)
+
+    starts = list(range(0, source.shape[0], step))
+    done = thread_pool.map_tasks(one, starts, parallel=len(starts) > 1)
+    joined = _concatenate([part for part, _ in done])
+    clipped = sum(count for _, count in done)
     lay = layout((1, m, n), s)
-    diagnostics = diag.ScaleDiagnostics(lay.n_blocks, 0, int(view.size), _clipped(rows, joined, s))
-    return to_tensor(joined, s, (m, n), shape, dtype_name, diagnostics)
+    diagnostics = diag.ScaleDiagnostics(lay.n_blocks, 0, int(view.size), clipped)
+    return to_tensor(joined, s, (m, n), shape, dtype_name, diagnostics, codes)
 
 
 def _concatenate(parts: list[Blocks]) -> Blocks:
@@ -316,8 +353,9 @@ def _concatenate(parts: list[Blocks]) -> Blocks:
 
 
 def to_tensor(blocks: Blocks, s: Scheme, rows_cols: tuple[int, int], shape: tuple[int, ...], dtype_name: str,
-              diagnostics: diag.ScaleDiagnostics | None = None) -> QuantizedTensor:
-    """A QuantizedTensor of the blocks of a (rows, cols) canonical view (each row whole blocks) under preset s."""
+              diagnostics: diag.ScaleDiagnostics | None = None, codes: np.ndarray | None = None) -> QuantizedTensor:
+    """A QuantizedTensor of the blocks of a (rows, cols) canonical view (each row whole blocks) under preset s
+    (`codes`: the element codes already made from blocks.values)."""
     m, n = rows_cols
     check_whole_blocks(s, n)
     block = s.super_block or s.group
@@ -335,7 +373,8 @@ def to_tensor(blocks: Blocks, s: Scheme, rows_cols: tuple[int, int], shape: tupl
             None if blocks.super_mins is None else grid(blocks.super_mins, n // block),
             None if blocks.min_codes is None else grid(blocks.min_codes, n // s.group))
     return QuantizedTensor(
-        scheme=s, shape=shape, dtype=dtype_name, packed=pack(int_codes(blocks.values, fmt), fmt.bits),
+        scheme=s, shape=shape, dtype=dtype_name,
+        packed=pack(int_codes(blocks.values, fmt) if codes is None else codes, fmt.bits),
         scale_values=grid(blocks.scales, n // s.group), diagnostics=diagnostics,
         min_values=None if blocks.mins is None else grid(blocks.mins, n // s.group), two_level=two_level)
 
@@ -347,7 +386,8 @@ def from_tensor(q: QuantizedTensor) -> Blocks:
         raise ValueError(f"{s} is not a gguf_* preset: GGML blocks hold only llama.cpp's own layouts")
     block = s.super_block or s.group
     per = block // s.group
-    values = codec(s.element).values()[q.codes.reshape(-1)].astype(np.int16).reshape(-1, block)
+    table = codec(s.element).values().astype(np.int16)
+    values = np.take(table, q.codes.reshape(-1)).reshape(-1, block)
 
     def per_block(a: np.ndarray | None, width: int) -> np.ndarray | None:
         return None if a is None else np.asarray(a, dtype=F32).reshape(-1, width)
@@ -365,6 +405,10 @@ def _clipped(rows: np.ndarray, blocks: Blocks, s: Scheme) -> int:
     about: llama.cpp's rule is what these presets reproduce."""
     from precisionlab.quant.core import make_codec
 
-    x = rows.reshape(blocks.scales.shape[0], blocks.scales.shape[1], -1).astype(np.float64)
+    x = rows.reshape(blocks.scales.shape[0], blocks.scales.shape[1], -1)
     lower, upper = diag.clip_bounds(make_codec(s), blocks.scales, None, blocks.mins)
-    return int(np.count_nonzero((x < lower[:, :, None]) | (x > upper[:, :, None])))
+    flagged = (x.min(axis=2) < lower) | (x.max(axis=2) > upper)  # float32 against float64: exact comparisons
+    if not flagged.any():
+        return 0
+    chosen = x[flagged].astype(np.float64)
+    return int(np.count_nonzero((chosen < lower[flagged][:, None]) | (chosen > upper[flagged][:, None])))
