@@ -309,7 +309,8 @@ def quantize_blocks(x: np.ndarray, ggml_type: str) -> Blocks:
 def quantize_view(view: np.ndarray, s: Scheme, shape: tuple[int, ...], dtype_name: str) -> QuantizedTensor:
     """Quantize a canonical (1, M, N) view under a gguf_* preset (blocks along N, whole blocks only), a chunk
     of blocks at a time."""
-    assert s.ggml is not None
+    ggml_type = s.ggml
+    assert ggml_type is not None
     _, m, n = view.shape
     check_whole_blocks(s, n)
     block = s.super_block or s.group
@@ -326,7 +327,7 @@ def quantize_view(view: np.ndarray, s: Scheme, shape: tuple[int, ...], dtype_nam
         if chunk.dtype != F32:
             qp.check_float32_range(np.abs(chunk).max(initial=0.0))
         rows = np.ascontiguousarray(chunk, dtype=F32)
-        part = quantize_blocks(rows, s.ggml)
+        part = quantize_blocks(rows, ggml_type)
         codes[start : start + step] = int_codes(part.values, fmt)
         part.values = np.empty((0, block), dtype=np.int16)  # kept as codes: the scales are what is joined
         return part, _clipped(rows, part, s)
