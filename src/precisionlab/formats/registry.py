@@ -1,5 +1,9 @@
 """Named formats, their aliases, and the custom-format grammar.
 
+Custom integers: ``int<B>`` (two's complement) and ``uint<B>`` (unsigned), B bits (1..32; signed >= 2),
+e.g. ``int5`` and ``int6`` (GGUF's Q5_0 and Q6_K codes) or ``uint2`` (KIVI); like custom floats they are
+looked up, not listed.
+
 Registry names follow ml_dtypes' conventions with short aliases. `e4m3` is the OCP
 format (float8_e4m3fn, max 448); the AMD gfx942 flavour is `e4m3fnuz` (max 240).
 
@@ -7,10 +11,6 @@ Custom floats: ``e<E>m<M>[b<bias>][ieee|fn|fnuz|finite]``, e.g. ``e6m9`` (IEEE-l
 bias 2^(E-1)-1), ``e4m3b8fnuz``, ``e5m2ieee``. The registry's names keep their meaning:
 ``e4m3`` is always the OCP fn format; spell ``e4m3ieee`` for the IEEE-like E4M3.
 Default bias: 2^(E-1) - 1, or 2^(E-1) for fnuz (as AMD's FNUZ types).
-
-Custom integers: ``int<B>`` (two's complement) and ``uint<B>`` (unsigned), B bits (1..32; signed >= 2),
-e.g. ``int5`` and ``int6`` (GGUF's Q5_0 and Q6_K codes) or ``uint2`` (KIVI); like custom floats they are
-looked up, not listed.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ for _fmt, _aliases in _ENTRIES:
         _BY_NAME[_name] = _fmt
 
 _CUSTOM = re.compile(r"^(?P<u>u?)e(?P<e>\d+)m(?P<m>\d+)(?:b(?P<bias>-?\d+))?(?P<enc>ieee|fnuz|fn|finite)?$")
-_CUSTOM_INT = re.compile(r"^(?P<u>u?)int(?P<bits>\d{1,2})$")
 
 
 def list_formats(kind: str = "all") -> list[Format]:
@@ -107,14 +106,24 @@ def get_float_format(spec: str | Format) -> FloatFormat:
     return fmt
 
 
+_CUSTOM_INT = re.compile(r"^(?P<u>u?)int(?P<bits>\d{1,2})$")
+
+
+def _custom_int(key: str) -> IntFormat | None:
+    """int<B> / uint<B> (IntFormat refuses impossible widths: 0 bits, a 1-bit signed integer, > 32 bits)."""
+    integer = _CUSTOM_INT.match(key)
+    if integer is None:
+        return None
+    bits, unsigned = int(integer["bits"]), bool(integer["u"])
+    return IntFormat(f"{'u' if unsigned else ''}int{bits}", bits, signed=not unsigned)
+
+
 def _lookup(spec: str) -> Format:
     key = spec.strip().lower()
+    if key not in _BY_NAME and (integer := _custom_int(key)) is not None:
+        return integer
     if key in _BY_NAME:
         return _BY_NAME[key]
-    integer = _CUSTOM_INT.match(key)
-    if integer is not None:  # IntFormat refuses impossible widths (0 bits, a 1-bit signed integer, > 32 bits)
-        bits, unsigned = int(integer["bits"]), bool(integer["u"])
-        return IntFormat(f"{'u' if unsigned else ''}int{bits}", bits, signed=not unsigned)
     match = _CUSTOM.match(key)
     if match is None:
         raise ValueError(f"unknown format {spec!r}{_suggest(key, _BY_NAME)}")

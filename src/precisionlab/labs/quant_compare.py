@@ -81,16 +81,8 @@ def quantize_named(name: str, arr: np.ndarray, scheme: str) -> QuantizedTensor:
     return q
 
 
-def _applicable(scheme: str, shape: tuple[int, ...]) -> bool:
-    """False for a 2-D block scheme on a 1-D tensor, and for a gguf_* preset whose blocks do not tile the rows
-    (GGUF stores whole blocks only)."""
-    s = parse_scheme(scheme)
-    if len(shape) < 2 and s.granularity is Granularity.BLOCK:
-        return False
-    if s.ggml is not None:
-        length = shape[s.axis] if shape and -len(shape) <= s.axis < len(shape) else 1
-        return length % (s.super_block or s.group) == 0
-    return True
+def _applicable(scheme: str, ndim: int) -> bool:
+    return ndim >= 2 or parse_scheme(scheme).granularity is not Granularity.BLOCK
 
 
 def compare(path: Path, schemes: list[str], progress: Progress | None = None) -> LabResult:
@@ -109,7 +101,7 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
         for scheme in parsed:
             if progress is not None:
                 progress(f"{name}: {scheme}")
-            if not _applicable(scheme, arr.shape):
+            if not _applicable(scheme, arr.ndim):
                 rows.append([name, str(tuple(arr.shape)), scheme, *[None] * 8])
                 continue
             q = quantize_named(name, arr, scheme)
@@ -132,7 +124,7 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
             "floored = share of blocks whose scale sits at its format's floor, above what the block needs; "
             "bytes include scales, zero points, padding, outlier rows and tensor scales; padded = zeros added to fill "
             "the last group of each row (stored and counted in the bytes). Empty cells: a 2-D block scheme on a "
-            "1-D tensor, or a gguf_* preset on rows that are not whole blocks.")
+            "1-D tensor.")
     if skipped:
         note += f" Skipped integer tensors: {', '.join(skipped)}."
     if warned:
@@ -169,8 +161,7 @@ def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None 
     """Quantize every float tensor of a .npy / .safetensors file under one scheme and write a tagged
     safetensors file (`quant.safetensors_io.save_quantized`, written whole or not at all).
 
-    A 2-D block scheme skips 1-D tensors, a gguf_* preset tensors whose rows are not whole blocks (listed);
-    NaN/inf follow the scheme's nonfinite= policy.
+    A 2-D block scheme skips 1-D tensors (listed); NaN/inf follow the scheme's nonfinite= policy.
     The quantized tensors are held in memory until the single write (about bits/32 of the float32 size).
     """
     from precisionlab.quant.safetensors_io import save_quantized
@@ -194,7 +185,7 @@ def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None 
         if progress is not None:
             progress(name)
         arr = load()
-        if not _applicable(parsed, arr.shape):
+        if not _applicable(parsed, arr.ndim):
             skipped.append(name)
             continue
         q = quantize_named(name, arr, parsed)
@@ -207,8 +198,7 @@ def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None 
     note = (f"Written to {out} (precisionlab.quant tag; load with precisionlab.quant.safetensors_io.load_quantized). "
             "bytes include scales, zero points, padding, outlier rows and tensor scales.")
     if skipped:
-        note += (f" Skipped (integer, 1-D under a 2-D block scheme, or rows that are not whole GGUF blocks): "
-                 f"{', '.join(skipped)}.")
+        note += f" Skipped (integer, or 1-D under a 2-D block scheme): {', '.join(skipped)}."
     table = Table(key="quantized", title=f"{path.name} under {parsed}",
                   columns=["tensor", "shape", "source dtype", "bytes", "bits/elem", "padded"], rows=rows, note=note,
                   formats={"bits/elem": ".4g"})

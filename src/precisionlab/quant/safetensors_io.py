@@ -10,14 +10,14 @@ dtype: float data declared BF16 or int64 data declared I32 is an error, never bi
 A quantized tensor `w` is stored as the entries w.codes (U8, packed), w.scales (in the
 scale format: F32 / F16 / BF16 / F8_E4M3, ue8m0 as U8 biased exponents), w.zero_points
 (U8, packed at the element width), w.mins (min=: the float block offsets in their format, F32 / F16 /
-BF16), w.outlier_rows (F16), w.outlier_index (I32),
+BF16; two-level K-quant tensors are not written here: GGUF is their file), w.outlier_rows (F16),
+w.outlier_index (I32),
 w.tensor_scale (F32, shape [1]); the metadata key "precisionlab.quant" = "1" tags the
 file and "w" holds a JSON record (scheme, element format with its encoding, scale
 format, shape, dtype). Loading an untagged file, or one whose record disagrees with its
-entries, is an error. Two-level (K-quant) tensors are not written here: GGUF is their file
-format. Files are written to a temporary name and renamed, so a failed write leaves nothing
-behind. Tensors are read one at a time, when asked for, with the file open only for that read (a
-file of any number of tensors holds no file descriptors).
+entries, is an error. Files are written to a temporary name and renamed, so a failed
+write leaves nothing behind. Tensors are read one at a time, when asked for, with the file
+open only for that read (a file of any number of tensors holds no file descriptors).
 """
 
 from __future__ import annotations

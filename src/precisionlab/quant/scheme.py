@@ -5,9 +5,9 @@ Grammar (colon-separated)::
     ELEMENT[:GRANULARITY][:OPTION ...]      or      PRESET[:OPTION ...]
 
     ELEMENT      int8 int4 int2 uint8 uint4 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 nf4
-                 int6 int5 uint6 uint5 uint2 (the narrow integers of GGUF's Q5 / Q6_K codes and KIVI)
     GRANULARITY  tensor (default) | row | col | g<N> (groups of N along the last axis)
                  | block<R>x<C> (2-D blocks over the last two axes) | tile1x<C>
+                 (more integer ELEMENTs: int6 int5 uint6 uint5 uint2, GGUF's Q5 / Q6_K codes and KIVI's)
     OPTION       sym (default for signed elements) | asym (zero point)
                  scale=fp32|fp16|bf16|ue8m0|e4m3      (default: fp16 for integer elements,
                                                         fp32 for float and codebook elements)
