@@ -10,8 +10,8 @@
 Modules, one job each: `scheme` (grammar, presets), `blocks` (granularity -> block
 shape), `qparams` (choose scales / zero points), `elements` (codes of scaled values),
 `packing` (bit packing), `core` (quantize / dequantize), `ggml` (llama.cpp's reference quantizers
-for the gguf_* presets), `tensor` (QuantizedTensor and byte accounting), `safetensors_io` (tagged files), `scalers` (FP8 current / delayed
-scaling), `metrics` (error measures).
+for the gguf_* presets), `tensor` (QuantizedTensor and byte accounting), `safetensors_io` (tagged
+files), `scalers` (FP8 current / delayed scaling), `metrics` (error measures).
 """
 
 from precisionlab.quant.core import dequantize, quantize, quantize_dequantize
