@@ -114,7 +114,7 @@ def test_quant_errors_after_the_file_is_read_are_one_line(run_cli, tmp_path: Pat
     # the progress bar printed an empty line before the error when stderr is not a terminal
     np.save(tmp_path / "w.npy", np.ones((4, 32), dtype=np.float32))
     out = str(tmp_path / "q.safetensors")
-    _one_line_error(run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int5", "-o", out), "unknown element")
+    _one_line_error(run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int9", "-o", out), "unknown element")
     nan = np.ones((4, 32), dtype=np.float32)
     nan[0, 0] = np.nan
     np.save(tmp_path / "n.npy", nan)

@@ -1,5 +1,9 @@
 """Named formats, their aliases, and the custom-format grammar.
 
+Custom integers: ``int<B>`` (two's complement) and ``uint<B>`` (unsigned), B bits (1..32; signed >= 2),
+e.g. ``int5`` and ``int6`` (GGUF's Q5_0 and Q6_K codes) or ``uint2`` (KIVI); like custom floats they are
+looked up, not listed.
+
 Registry names follow ml_dtypes' conventions with short aliases. `e4m3` is the OCP
 format (float8_e4m3fn, max 448); the AMD gfx942 flavour is `e4m3fnuz` (max 240).
 
@@ -113,8 +117,22 @@ def get_float_format(spec: str | Format) -> FloatFormat:
     return fmt
 
 
+_CUSTOM_INT = re.compile(r"^(?P<u>u?)int(?P<bits>\d{1,2})$")
+
+
+def _custom_int(key: str) -> IntFormat | None:
+    """int<B> / uint<B> (IntFormat refuses impossible widths: 0 bits, a 1-bit signed integer, > 32 bits)."""
+    integer = _CUSTOM_INT.match(key)
+    if integer is None:
+        return None
+    bits, unsigned = int(integer["bits"]), bool(integer["u"])
+    return IntFormat(f"{'u' if unsigned else ''}int{bits}", bits, signed=not unsigned)
+
+
 def _lookup(spec: str) -> Format:
     key = spec.strip().lower()
+    if key not in _BY_NAME and (integer := _custom_int(key)) is not None:
+        return integer
     if key in _BY_NAME:
         return _BY_NAME[key]
     p3109 = parse_p3109(key)

@@ -304,6 +304,9 @@ def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None 
     if "," in scheme:
         raise ValueError(f"save takes one scheme, got a list: {scheme!r} (run save once per scheme)")
     parsed = str(parse_scheme(scheme))
+    if parse_scheme(parsed).is_two_level:
+        raise ValueError(f"{parsed} is a two-level (K-quant) layout, which tagged safetensors files do not hold; "
+                         "GGUF is its file format")
     if out.suffix.lower() != ".safetensors":
         raise ValueError(f"the output must be a .safetensors file, got {out.name!r}")
     if out.exists() and out.resolve() == path.resolve():

@@ -9,7 +9,9 @@ dtype: float data declared BF16 or int64 data declared I32 is an error, never bi
 
 A quantized tensor `w` is stored as the entries w.codes (U8, packed), w.scales (in the
 scale format: F32 / F16 / BF16 / F8_E4M3, ue8m0 as U8 biased exponents), w.zero_points
-(U8, packed at the element width), w.outlier_rows (F16), w.outlier_index (I32),
+(U8, packed at the element width), w.mins (min=: the float block offsets in their format, F32 / F16 /
+BF16; two-level K-quant tensors are not written here: GGUF is their file), w.outlier_rows (F16),
+w.outlier_index (I32),
 w.tensor_scale (F32, shape [1]); the metadata key "precisionlab.quant" = "1" tags the
 file and "w" holds a JSON record (scheme, element format with its encoding, scale
 format, shape, dtype). A tensor written through unchanged (`PassThrough`: a bias, a norm, an
@@ -212,8 +214,11 @@ def _element_description(scheme_element: str) -> str:
 
 
 def _scale_entry(q: QuantizedTensor) -> tuple[str, np.ndarray]:
-    fmt = q.scheme.scale
-    values = q.scale_values
+    return _float_entry(q.scale_values, q.scheme.scale)
+
+
+def _float_entry(values: np.ndarray, fmt: str) -> tuple[str, np.ndarray]:
+    """Float32 values of a scale (or min) format as a safetensors entry in that format."""
     if fmt == "fp32":
         return "F32", values.astype(np.float32)
     if fmt == "fp16":
@@ -257,8 +262,13 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
             raise ValueError(f"tensor name {name!r} is empty or reserved")
         if not isinstance(q, QuantizedTensor):
             raise TypeError(f"tensor {name!r} is a {type(q).__name__}, not a QuantizedTensor: quantize it first")
+        if q.scheme.is_two_level:
+            raise ValueError(f"tensor {name!r} is {q.scheme}, a two-level (K-quant) layout: write it to a GGUF file "
+                             "(precisionlab's tagged safetensors hold one-level scales)")
         entries[f"{name}.codes"] = ("U8", q.packed)
         entries[f"{name}.scales"] = _scale_entry(q)
+        if q.min_values is not None and q.scheme.min_format is not None:
+            entries[f"{name}.mins"] = _float_entry(q.min_values, q.scheme.min_format)
         if q.zero_points is not None:
             bits = q.element_bits
             zp = (q.zero_points.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
@@ -394,8 +404,19 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
         scales = _scale_values(scales_entry.dtype, scales_entry.raw(), scheme.scale, lay.grid)
     except ValueError as exc:
         raise ValueError(f"{path}: tensor {name!r}: {exc}") from None
+    if scheme.is_two_level:
+        raise ValueError(f"{path}: tensor {name!r} is {scheme}, a two-level (K-quant) layout these files do not hold")
+    mins = None
+    if scheme.min_format is not None:
+        mins_entry = need("mins")
+        if math.prod(mins_entry.shape) != lay.n_blocks:
+            raise ValueError(f"{path}: tensor {name!r} has {math.prod(mins_entry.shape)} mins; needs {lay.n_blocks}")
+        try:
+            mins = _scale_values(mins_entry.dtype, mins_entry.raw(), scheme.min_format, lay.grid)
+        except ValueError as exc:
+            raise ValueError(f"{path}: tensor {name!r}: {str(exc).replace('scales', 'mins', 1)}") from None
     zero_points = None
-    if not scheme.symmetric:
+    if scheme.has_zero_point:
         zp = unpack(check(need("zero_points"), "U8", packed_nbytes(lay.n_blocks, bits)), bits, lay.n_blocks)
         zp = zp.astype(np.int64)
         from precisionlab.quant.core import make_codec
@@ -410,4 +431,4 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
         if not (math.isfinite(tensor_scale) and tensor_scale > 0):
             raise ValueError(f"{path}: tensor {name!r} has tensor scale {tensor_scale}; it must be finite and > 0")
     return QuantizedTensor(scheme, shape, dtype, codes.raw().reshape(-1), scales, zero_points, tensor_scale,
-                           rows, index)
+                           rows, index, min_values=mins)
