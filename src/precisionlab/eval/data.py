@@ -13,8 +13,9 @@ Built-in data
     Topics repeat each other's text ("compound" contains "for", "while", "try", ...;
     "specialnames" contains "customization", ...), so a split by topic alone would leak. The
     evaluation part keeps only the paragraphs that share nothing with the calibration part or
-    with another evaluation topic under the rule of ``check_no_overlap`` (no normalised paragraph
-    of ``MIN_PARAGRAPH_WORDS`` or more words and no ``SHINGLE_WORDS``-word shingle in common).
+    with another evaluation topic under the rule of ``check_no_overlap`` (no ``SHINGLE_WORDS``-word
+    shingle in common, and no paragraph of ``MIN_PASSAGE_CHARS`` or more normalised characters
+    found inside the other side's text).
 
     From the evaluation part: perplexity/KL documents (``ppl_documents``), multiple-choice
     examples (``choice_examples``), generation prompts (``generation_examples``) and retrieval
@@ -25,10 +26,10 @@ Built-in data
 Sizes (``TaskSizes``, scaled by ``task_sizes(size)``) are chosen so one candidate costs well
 under a minute on 2 CPU cores for SmolLM2-135M (about 330 tokens/s, ~0.6 s per forward pass of
 200 tokens), the reference being cached: 40 perplexity documents of 500-1000 characters
-(~4.1 characters per token: about 7k tokens, ~20 s), 100 four-way choice examples (context ~160
+(~4.1 characters per token: about 8k tokens, ~25 s), 100 four-way choice examples (context ~160
 characters, continuations ~64: about 9k tokens when the context is scored once, ~20k when each
 of the four sequences is scored whole), 32 generation prompts (~200 characters) and 64 retrieval
-pairs (halves of at most 500 characters, within MiniLM's 256 word pieces).
+pairs (halves of about 400 characters, at most 533: within MiniLM's 256 word pieces).
 
 Units and groups: every unit carries ``group``, the topic it came from. Units of one topic share
 vocabulary and style, so the statistics can resample topics instead of units (``groups=`` in
@@ -44,10 +45,12 @@ User data
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -60,14 +63,14 @@ SPLIT_SALT = "precisionlab-split:"
 CALIBRATION_FRACTION = 0.5
 
 SHINGLE_WORDS = 13          # overlap rule: any shared run of 13 normalised words
-MIN_PARAGRAPH_WORDS = 8     # overlap rule: identical normalised paragraphs of at least 8 words
+MIN_PASSAGE_CHARS = 24      # overlap rule: a normalised paragraph of 24+ characters found on the other side
 
 PPL_MAX_CHARS = 1000
 CALIBRATION_MAX_CHARS = 2000
 CHOICE_CONTEXT_CHARS = 160
 CHOICE_CONTINUATION_CHARS = 64
 GENERATION_PROMPT_CHARS = 200
-RETRIEVAL_HALF_CHARS = 500
+RETRIEVAL_HALF_CHARS = 400
 TEXT_MIN_CHARS = 1000
 
 TaskKind = Literal["choice", "generate", "ppl"]
@@ -182,8 +185,53 @@ def shingles(words: Sequence[str], width: int = SHINGLE_WORDS) -> set[str]:
     return {" ".join(words[i:i + width]) for i in range(len(words) - width + 1)}
 
 
-def _paragraph_key(words: Sequence[str]) -> str | None:
-    return " ".join(words) if len(words) >= MIN_PARAGRAPH_WORDS else None
+def passage_key(text: str) -> str | None:
+    """A paragraph's normalised words, when long enough (``MIN_PASSAGE_CHARS``) to count as a passage."""
+    key = " ".join(normalised_words(text))
+    return key if len(key) >= MIN_PASSAGE_CHARS else None
+
+
+class _OverlapIndex:
+    """The overlap rule's view of a set of documents: their shingles, and their normalised text
+    as one searchable string (documents separated by ``|``, which no word contains)."""
+
+    def __init__(self, documents: Iterable[Document] = ()) -> None:
+        self.shingle_owner: dict[str, str] = {}
+        self._parts: list[tuple[str, str]] = []
+        self._stream: str | None = None
+        self._starts: list[int] = []
+        for document in documents:
+            self.add(document.text, document.id)
+
+    def add(self, text: str, owner: str) -> None:
+        words = normalised_words(text)
+        for s in shingles(words):
+            self.shingle_owner.setdefault(s, owner)
+        self._parts.append((" ".join(words), owner))
+        self._stream = None
+
+    def find_passage(self, key: str) -> str | None:
+        """The owner of the first document containing ``key`` as a run of whole words, or None."""
+        if self._stream is None:
+            pieces, self._starts, at = [], [], 0
+            for text, _ in self._parts:
+                self._starts.append(at)
+                pieces.append(f" {text} ")
+                at += len(text) + 3
+            self._stream = "|".join(pieces)
+        at = self._stream.find(f" {key} ")
+        if at < 0:
+            return None
+        return self._parts[bisect.bisect_right(self._starts, at) - 1][1]
+
+    def clash(self, text: str) -> tuple[str, str] | None:
+        """(owner, what is shared) for the first shingle or passage of ``text`` found here."""
+        for s in shingles(normalised_words(text)):
+            if s in self.shingle_owner:
+                return self.shingle_owner[s], s
+        key = passage_key(text)
+        owner = self.find_passage(key) if key else None
+        return (owner, key or "") if owner is not None else None
 
 
 # --------------------------------------------------------------------------- built-in split
@@ -210,25 +258,16 @@ def builtin_split() -> Split:
     """Split ``pydoc_data.topics`` by topic into calibration and evaluation parts (see the module).
 
     The calibration part keeps its topics whole. Each evaluation topic keeps, in order, the
-    paragraphs that share no ``SHINGLE_WORDS``-word shingle and no normalised paragraph (of
-    ``MIN_PARAGRAPH_WORDS`` words or more) with the calibration part or with a paragraph already
-    kept for another evaluation topic (topics visited in the order of their split hash).
+    paragraphs that ``check_no_overlap`` would not flag against the calibration part nor against
+    the evaluation topics visited before it (in the order of their split hash): no shared
+    ``SHINGLE_WORDS``-word shingle, no paragraph of ``MIN_PASSAGE_CHARS`` normalised characters
+    found inside the other text.
     """
     topics = _topics()
     order = sorted(topics, key=lambda name: (_split_fraction(name), name))
     calibration = tuple(_topic_document(name, topics[name]) for name in order if is_calibration_topic(name))
-    taken_shingles: dict[str, str] = {}
-    taken_paragraphs: dict[str, str] = {}
-    for document in calibration:
-        for block in paragraphs(document.text):
-            words = normalised_words(block)
-            taken_shingles.update(dict.fromkeys(shingles(words), document.group))
-            key = _paragraph_key(words)
-            if key:
-                taken_paragraphs[key] = document.group
-    # The shingles spanning two paragraphs of a calibration topic count too.
-    for document in calibration:
-        taken_shingles.update(dict.fromkeys(shingles(normalised_words(document.text)), document.group))
+    against_calibration = _OverlapIndex(calibration)
+    against_evaluation = _OverlapIndex()
     evaluation = []
     removed = 0
     for name in order:
@@ -236,20 +275,14 @@ def builtin_split() -> Split:
             continue
         kept = []
         for block in paragraphs(topics[name]):
-            words = normalised_words(block)
-            block_shingles = shingles(words)
-            key = _paragraph_key(words)
-            clash = any(taken_shingles.get(s, name) != name for s in block_shingles)
-            clash = clash or (key is not None and taken_paragraphs.get(key, name) != name)
-            if clash:
+            if against_calibration.clash(block) or against_evaluation.clash(block):
                 removed += 1
-                continue
-            kept.append(block)
-            taken_shingles.update({s: name for s in block_shingles if s not in taken_shingles})
-            if key:
-                taken_paragraphs.setdefault(key, name)
+            else:
+                kept.append(block)
         if kept:
-            evaluation.append(_topic_document(name, "\n\n".join(kept)))
+            document = _topic_document(name, "\n\n".join(kept))
+            against_evaluation.add(document.text, name)
+            evaluation.append(document)
     return Split(calibration=calibration, evaluation=tuple(evaluation), removed_paragraphs=removed)
 
 
@@ -260,56 +293,64 @@ def _topic_document(name: str, text: str) -> Document:
 # --------------------------------------------------------------------------- chunking
 
 
-def _split_long(block: str, max_chars: int) -> list[str]:
-    """A paragraph longer than ``max_chars`` cut at line ends, then (for a long line) at spaces."""
-    pieces: list[str] = []
-    current = ""
-    for line in block.split("\n"):
-        while len(line) > max_chars:
-            cut = line.rfind(" ", 0, max_chars + 1)
-            cut = cut if cut > 0 else max_chars
-            head, line = line[:cut].rstrip(), line[cut:].lstrip()
-            if current:
-                pieces.append(current)
-                current = ""
-            pieces.append(head)
-        candidate = f"{current}\n{line}" if current else line
-        if len(candidate) > max_chars and current:
-            pieces.append(current)
-            current = line
+def _cut_line(line: str, limit: int) -> list[tuple[str, str]]:
+    """A line as (separator, piece) pairs of at most ``limit`` characters, cut at the last space
+    that fits (the space becomes the separator) or, in a word longer than ``limit``, anywhere."""
+    pieces: list[tuple[str, str]] = []
+    separator = ""
+    while len(line) > limit:
+        cut = line.rfind(" ", 0, limit + 1)
+        if cut > 0:
+            pieces.append((separator, line[:cut]))
+            line, separator = line[cut + 1:], " "
         else:
-            current = candidate
-    if current.strip():
-        pieces.append(current)
-    return [piece for piece in pieces if piece.strip()]
+            pieces.append((separator, line[:limit]))
+            line, separator = line[limit:], ""
+    pieces.append((separator, line))
+    return pieces
+
+
+def _atoms(block: str, limit: int) -> Iterator[tuple[str, str]]:
+    """A paragraph as (separator, piece) pairs: its lines (joined by newlines), long lines cut."""
+    for number, line in enumerate(block.split("\n")):
+        for index, (separator, piece) in enumerate(_cut_line(line, limit)):
+            yield (("\n\n" if number == 0 else "\n") if index == 0 else separator), piece
 
 
 def chunk_text(text: str, max_chars: int, min_chars: int | None = None) -> list[str]:
-    """Consecutive paragraphs merged into chunks of ``min_chars``..``max_chars`` characters.
+    """Consecutive paragraphs packed into chunks of ``min_chars`` to ``max_chars`` characters.
 
-    Paragraphs are joined by a blank line; one longer than ``max_chars`` is cut at line ends
-    (then at spaces). A chunk closes when the next paragraph would take it past ``max_chars``
-    and it already has ``min_chars`` (default ``max_chars // 2``); a final remainder shorter
-    than ``min_chars`` joins the previous chunk, or is dropped when there is none.
+    Rule: paragraphs (``paragraphs``) are added whole, joined by a blank line, while the chunk
+    stays within ``max_chars``. When the next paragraph does not fit, the chunk closes if it has
+    ``min_chars`` (default ``max_chars // 2``); otherwise the paragraph is added line by line
+    (lines longer than ``max_chars - min_chars - 2`` cut at spaces) until the chunk is full.
+    The text of a chunk is the source text exactly (its own separators). A final run shorter
+    than ``min_chars`` is dropped, so every chunk lies within the bounds.
     """
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
     least = max_chars // 2 if min_chars is None else min_chars
-    blocks = [piece for block in paragraphs(text) for piece in _split_long(block, max_chars)]
+    if not 0 < least <= max_chars - 4:
+        raise ValueError(f"need 0 < min_chars <= max_chars - 4, got min_chars={least}, max_chars={max_chars}")
+    limit = max_chars - least - 2
     chunks: list[str] = []
     current = ""
-    for block in blocks:
+    for block in paragraphs(text):
         candidate = f"{current}\n\n{block}" if current else block
-        if len(candidate) > max_chars and len(current) >= least:
-            chunks.append(current)
-            current = block
-        else:
+        if len(candidate) <= max_chars:
             current = candidate
-    if current:
+            continue
         if len(current) >= least:
             chunks.append(current)
-        elif chunks:
-            chunks[-1] = f"{chunks[-1]}\n\n{current}"
+            current = ""
+        for separator, piece in _atoms(block, limit):
+            candidate = f"{current}{separator}{piece}" if current else piece
+            if len(candidate) <= max_chars:
+                current = candidate
+            else:
+                if len(current) >= least:
+                    chunks.append(current)
+                current = piece
+    if len(current) >= least:
+        chunks.append(current)
     return chunks
 
 
@@ -343,7 +384,7 @@ def _documents(part: Sequence[Document], max_chars: int) -> Iterator[Document]:
 def ppl_documents(split: Split, n_docs: int = DEFAULT_SIZES.ppl_documents,
                   max_chars: int | None = None) -> list[Document]:
     """Perplexity/KL documents from the evaluation part: chunks of ``max_chars // 2`` to
-    ``max_chars`` characters (default ``PPL_MAX_CHARS``), round-robin over topics."""
+    ``max_chars`` characters (default ``PPL_MAX_CHARS``), round-robin over topics (``chunk_text``)."""
     return _take(_documents(split.evaluation, max_chars or PPL_MAX_CHARS), n_docs, "perplexity documents")
 
 
@@ -443,8 +484,8 @@ def choice_examples(split: Split, n: int = DEFAULT_SIZES.choice_examples, seed: 
     Each example is a window of running prose (consecutive prose paragraphs): the context (~``CHOICE_CONTEXT_CHARS``
     characters, ending at a word) and its true continuation (the next words, ~
     ``CHOICE_CONTINUATION_CHARS`` characters). The ``n_choices - 1`` distractors come from prose of
-    distinct other topics and are made to look like continuations: a length within -10 %..+15 %
-    of the true one, cut at word boundaries, starting mid-sentence
+    distinct other topics, never text the example's own topic contains, and are made to look like
+    continuations: a length within -10 %..+15 % of the true one, cut at word boundaries, starting mid-sentence
     (lower case) when the true continuation does, at a sentence start otherwise. Gold positions
     are balanced (each position ``n / n_choices`` times) and shuffled; ``seed`` changes the
     distractors and the positions, never the contexts.
@@ -458,6 +499,7 @@ def choice_examples(split: Split, n: int = DEFAULT_SIZES.choice_examples, seed: 
     ]
     windows = _take(_round_robin(per_topic), n, "choice examples")
     pools = {doc.group: _prose_runs(doc) for doc in split.evaluation}
+    own_text = {doc.group: " ".join(doc.text.split()) for doc in split.evaluation}
     topics = sorted(pools)
     if len(topics) < n_choices:
         raise ValueError(f"need {n_choices} topics for {n_choices} choices, the evaluation part has {len(topics)}")
@@ -471,7 +513,8 @@ def choice_examples(split: Split, n: int = DEFAULT_SIZES.choice_examples, seed: 
         distractors: list[str] = []
         for topic in others:
             found = _distractor(pools[topic], tail, rng, avoid={tail, *distractors})
-            if found is not None:
+            # a run that the example's own topic also contains could be a true continuation
+            if found is not None and found not in own_text[group]:
                 distractors.append(found)
                 if len(distractors) == n_choices - 1:
                     break
@@ -499,7 +542,7 @@ def _distractor(pool: Sequence[Sequence[str]], true: str, rng: random.Random, av
             continue
         if not lower and start > 0 and not words[start - 1].endswith((".", ":", "?", "!")):
             continue
-        end = _span(words, start, round(low))
+        end = _span(words, start, math.ceil(low) + 1)     # _span counts a space before each word
         if end < 0:
             continue
         text = " ".join(words[start:end])
@@ -512,9 +555,11 @@ def retrieval_pairs(split: Split, n: int = DEFAULT_SIZES.retrieval_pairs,
                     half_chars: int = RETRIEVAL_HALF_CHARS) -> list[RetrievalPair]:
     """Retrieval from the evaluation part: the first half of a passage retrieves its second half.
 
-    Passages are chunks of ``half_chars`` to ``2 * half_chars`` characters of one topic; the cut is
-    the paragraph boundary nearest the middle when one falls in the middle third, else the
-    space nearest the middle. Every other pair's passage is a distractor for a query.
+    Passages are chunks of ``half_chars`` to ``2 * half_chars`` characters of one topic (see
+    ``chunk_text``); the cut is the paragraph boundary nearest the middle when one falls in the
+    middle third, else the space nearest the middle, so a half has at most 2/3 of its chunk
+    (533 characters with the default ``half_chars`` of 400).
+    Every other pair's passage is a distractor for a query.
     """
     per_topic = []
     for doc in split.evaluation:
@@ -543,49 +588,38 @@ def _halves(text: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------- overlap
 
 
-def _fingerprints(documents: Sequence[Document]) -> tuple[dict[str, str], dict[str, str]]:
-    """Shingle -> document id and normalised paragraph -> document id."""
-    shingle_owner: dict[str, str] = {}
-    paragraph_owner: dict[str, str] = {}
-    for document in documents:
-        for s in shingles(normalised_words(document.text)):
-            shingle_owner.setdefault(s, document.id)
-        for block in paragraphs(document.text):
-            key = _paragraph_key(normalised_words(block))
-            if key:
-                paragraph_owner.setdefault(key, document.id)
-    return shingle_owner, paragraph_owner
-
-
 def check_no_overlap(calibration: Sequence[Document], evaluation: Sequence[Document],
                      max_shared_shingles: int = 0) -> None:
     """Refuse calibration data that overlaps the evaluation data (``ValueError``, one line).
 
-    Overlap is (1) the same source (a file, or a built-in topic) on both sides; (2) a paragraph
-    of at least ``MIN_PARAGRAPH_WORDS`` words that is identical on both sides after
-    normalisation (lower case, punctuation and layout dropped); or (3) more than
-    ``max_shared_shingles`` (default 0, the 13-gram rule of decontamination studies) distinct
-    runs of ``SHINGLE_WORDS`` normalised words found on both sides, across paragraph breaks.
+    Text is compared normalised (``normalised_words``: lower case, punctuation and layout
+    dropped). Overlap is (1) the same source (a file, or a built-in topic) on both sides;
+    (2) an evaluation paragraph of at least ``MIN_PASSAGE_CHARS`` normalised characters found
+    inside a calibration document as a run of whole words (identical paragraphs, and short
+    passages such as a copied heading or signature line); or (3) more than
+    ``max_shared_shingles`` (default 0: the 13-gram rule of decontamination studies) distinct
+    runs of ``SHINGLE_WORDS`` words found on both sides, paragraph breaks included.
     """
     sources = {doc.source for doc in calibration if doc.source} & {doc.source for doc in evaluation if doc.source}
     if sources:
         raise ValueError(f"calibration and evaluation data come from the same source: {sorted(sources)[0]}")
-    shingle_owner, paragraph_owner = _fingerprints(calibration)
-    shared = 0
+    index = _OverlapIndex(calibration)
+    shared: set[str] = set()
     first: tuple[str, str, str] | None = None
     for document in evaluation:
         for block in paragraphs(document.text):
-            key = _paragraph_key(normalised_words(block))
-            if key and key in paragraph_owner:
-                raise ValueError(f"calibration document {paragraph_owner[key]} and evaluation document "
-                                 f"{document.id} share a paragraph: {key[:60]!r}...")
+            key = passage_key(block)
+            owner = index.find_passage(key) if key else None
+            if owner is not None:
+                raise ValueError(f"calibration document {owner} and evaluation document {document.id} "
+                                 f"share a passage: {(key or '')[:60]!r}")
         for s in shingles(normalised_words(document.text)):
-            if s in shingle_owner:
-                shared += 1
-                first = first or (shingle_owner[s], document.id, s)
-    if shared > max_shared_shingles and first is not None:
+            if s in index.shingle_owner and s not in shared:
+                shared.add(s)
+                first = first or (index.shingle_owner[s], document.id, s)
+    if len(shared) > max_shared_shingles and first is not None:
         raise ValueError(f"calibration document {first[0]} and evaluation document {first[1]} share text "
-                         f"({shared} runs of {SHINGLE_WORDS} words in common, first {first[2]!r})")
+                         f"({len(shared)} runs of {SHINGLE_WORDS} words in common, first {first[2]!r})")
 
 
 # --------------------------------------------------------------------------- user files

@@ -33,13 +33,15 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 Method = Literal["expanded", "percentile", "bca"]
+# Group labels, one per unit (any hashable values: strings, integers, a numpy array).
+Groups = Sequence[Hashable] | NDArray[Any]
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_CONFIDENCE = 0.95
@@ -134,7 +136,7 @@ def _is_binary(*arrays: NDArray[np.float64]) -> bool:
     return all(bool(np.all((array == 0.0) | (array == 1.0))) for array in arrays)
 
 
-def _group_index(groups: Sequence[Hashable] | None, n: int) -> NDArray[np.intp] | None:
+def _group_index(groups: Groups | None, n: int) -> NDArray[np.intp] | None:
     """Map each unit to the index of its group (in order of first appearance), or None."""
     if groups is None:
         return None
@@ -342,7 +344,7 @@ def paired_bootstrap_mean(
     confidence: float = DEFAULT_CONFIDENCE,
     *,
     percent: bool | None = None,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
     method: Method = "expanded",
 ) -> Interval:
     """Paired bootstrap interval of the mean difference ``mean(cand) - mean(ref)``.
@@ -380,7 +382,7 @@ def paired_bootstrap_ratio(
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
     *,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
     method: Method = "expanded",
 ) -> Interval:
     """Percent perplexity increase of the candidate, with a paired bootstrap over documents.
@@ -422,7 +424,7 @@ def bootstrap_ratio(
     confidence: float = DEFAULT_CONFIDENCE,
     *,
     percent: bool = False,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
     method: Method = "expanded",
 ) -> Interval:
     """Interval of a per-token mean ``sum(num) / sum(den)`` resampling documents (one sample).
@@ -531,7 +533,7 @@ def _z_sum(alpha: float, power: float) -> float:
     return _NORMAL.inv_cdf(1.0 - alpha / 2.0) + _NORMAL.inv_cdf(power)
 
 
-def standard_error(per_unit_differences: ArrayLike, *, groups: Sequence[Hashable] | None = None) -> float:
+def standard_error(per_unit_differences: ArrayLike, *, groups: Groups | None = None) -> float:
     """Standard error of the mean of ``per_unit_differences``.
 
     Without groups: ``sd / sqrt(n)`` (sample sd, ddof = 1). With groups (G clusters, unit totals
@@ -558,7 +560,7 @@ def min_detectable_difference(
     alpha: float = 0.05,
     power: float = 0.8,
     *,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
 ) -> float:
     """Smallest true difference detected with probability ``power`` at the current size.
 
@@ -579,7 +581,7 @@ def examples_needed(
     alpha: float = 0.05,
     power: float = 0.8,
     *,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
 ) -> int | None:
     """Units needed for the interval to clear the threshold with probability ``power``.
 
@@ -654,7 +656,7 @@ def compare_scores(
     *,
     higher_is_better: bool = True,
     percent: bool | None = None,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -694,7 +696,7 @@ def compare_perplexity(
     max_drop: float,
     *,
     cand_tokens: ArrayLike | None = None,
-    groups: Sequence[Hashable] | None = None,
+    groups: Groups | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
