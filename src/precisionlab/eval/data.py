@@ -7,7 +7,7 @@ Built-in data
     the SHA-256 of its name (``SPLIT_SALT + name``; the first 8 bytes as a fraction of 2**64,
     below ``CALIBRATION_FRACTION`` means calibration). The 79 topic names are the same on
     Python 3.10-3.13, so the assignment is too; the texts are edited between versions
-    (37-63 of the 79 topics differ from 3.11's), so numbers are comparable within one Python
+    (16-42 of the 79 topics differ from 3.11's), so numbers are comparable within one Python
     version — ``fingerprint`` names the exact data.
 
     Topics repeat each other's text ("compound" contains "for", "while", "try", ...;
@@ -26,8 +26,8 @@ Built-in data
 Sizes (``TaskSizes``, scaled by ``task_sizes(size)``) are chosen so one candidate costs well
 under a minute on 2 CPU cores for SmolLM2-135M (about 330 tokens/s, ~0.6 s per forward pass of
 200 tokens), the reference being cached: 40 perplexity documents of 500-1000 characters
-(~4.1 characters per token: about 8k tokens, ~25 s), 100 four-way choice examples (context ~160
-characters, continuations ~64: about 9k tokens when the context is scored once, ~20k when each
+(8.2k tokens of SmolLM2's tokenizer, ~25 s), 100 four-way choice examples (context ~160
+characters, continuations ~64: 9.2k tokens when the context is scored once, 19.8k when each
 of the four sequences is scored whole), 32 generation prompts (~200 characters) and 64 retrieval
 pairs (halves of about 400 characters, at most 533: within MiniLM's 256 word pieces).
 
