@@ -237,14 +237,15 @@ class _OverlapIndex:
 # --------------------------------------------------------------------------- built-in split
 
 
-def _split_fraction(name: str) -> float:
-    digest = hashlib.sha256((SPLIT_SALT + name).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
+def _split_value(name: str) -> int:
+    """The first 8 bytes of ``sha256(SPLIT_SALT + name)`` as an unsigned integer."""
+    return int.from_bytes(hashlib.sha256((SPLIT_SALT + name).encode("utf-8")).digest()[:8], "big")
 
 
 def is_calibration_topic(name: str) -> bool:
-    """Whether a topic belongs to the calibration part (a hash of its name; same everywhere)."""
-    return _split_fraction(name) < CALIBRATION_FRACTION
+    """Whether a topic belongs to the calibration part: its split value below
+    ``CALIBRATION_FRACTION * 2**64`` (compared exactly; a hash of the name, same everywhere)."""
+    return _split_value(name) < CALIBRATION_FRACTION * 2**64
 
 
 def _topics() -> dict[str, str]:
@@ -264,7 +265,7 @@ def builtin_split() -> Split:
     found inside the other text.
     """
     topics = _topics()
-    order = sorted(topics, key=lambda name: (_split_fraction(name), name))
+    order = sorted(topics, key=lambda name: (_split_value(name), name))
     calibration = tuple(_topic_document(name, topics[name]) for name in order if is_calibration_topic(name))
     against_calibration = _OverlapIndex(calibration)
     against_evaluation = _OverlapIndex()
