@@ -150,7 +150,7 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
                     extra["attention_mask"] = mask
                 with contextlib.suppress(_Stop):
                     model(ids, **extra)
-                tokens += int(ids.numel())
+                tokens += int(ids.shape[0] * ids.shape[1]) if ids.dim() >= 2 else int(ids.numel())
                 first_batch[0] = False
     finally:
         for h in handles:

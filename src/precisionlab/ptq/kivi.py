@@ -8,8 +8,8 @@ and residual length R (a multiple of G):
             as KIVI does); the n mod R most recent stay in fp16
     values  all but the R most recent tokens are quantized per token, in groups of G channels
             along head_dim (one group when head_dim <= G); the R most recent stay in fp16
-    a group x:  z = min x,  s = (max x - min x) / (2^b - 1)      (both stored in fp16)
-                q = clip(rint((x - z) / s), 0, 2^b - 1),   x_hat = q s + z
+    a group x:  z = fp16(min x),  s = fp16((max x - z) / (2^b - 1))   (s = 1 when it is 0)
+                q = clip(rint((x - z) / s), 0, 2^b - 1),   x_hat = q s + z  (float32)
 
 Unlike the quant library's asymmetric integers (whose range always holds 0, with an integer
 zero point), KIVI's range is [min, max] with a float zero: a key channel with values around

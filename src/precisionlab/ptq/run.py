@@ -40,7 +40,7 @@ from precisionlab.ptq.grid import check_columnwise
 from precisionlab.ptq.llm_int8 import THRESHOLD, fp16_output, llm_int8_matmul, quantize_weight
 from precisionlab.ptq.measure import MemoryMeter
 from precisionlab.ptq.peers import require_torch
-from precisionlab.ptq.smoothquant import DEFAULT_ALPHA, check_w8a8, smoothing_scales, w8a8_output
+from precisionlab.ptq.smoothquant import DEFAULT_ALPHA, check_w8a8, search_alpha, smoothing_scales, w8a8_output
 from precisionlab.ptq.structure import ScaleGroup, fold_scales, linear_names, scale_groups
 from precisionlab.quant import quantize
 from precisionlab.quant.scheme import parse_scheme
@@ -442,9 +442,21 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
     result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
     col: dict[str, np.ndarray] = {}
     row: dict[str, np.ndarray] = {}
+    alpha_opt = opts["alpha"]
+    if alpha_opt != "auto" and not (isinstance(alpha_opt, (int, float)) and 0 <= float(alpha_opt) <= 1):
+        raise ValueError(f"SmoothQuant alpha must be a number in [0, 1] or 'auto', got {alpha_opt!r}")
+    chosen: dict[str, float | None] = {}
     for g in groups:
-        scales = smoothing_scales(cal.stats[g.layers[0]].abs_max, [weights[n][0] for n in g.layers],
-                                  float(opts["alpha"]))
+        stats = cal.stats[g.layers[0]]
+        ws = [weights[n][0] for n in g.layers]
+        if alpha_opt == "auto":
+            alpha, scales = search_alpha([stats.samples] * len(ws), ws, stats.abs_max, w_scheme, a_scheme)
+        else:
+            alpha, scales = float(alpha_opt), smoothing_scales(stats.abs_max, ws, float(alpha_opt))
+        for n in g.layers:
+            chosen[n] = alpha
+        if alpha is None:
+            continue
         for n in g.layers:
             col[n] = scales
         if g.prev in weights:
@@ -452,7 +464,8 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
         result.folds.append((g, scales))
     for i, n in enumerate(names):
         w, bias = weights[n]
-        record = LayerRecord(n, tuple(w.shape), details={"smoothed": n in col, "act_scheme": str(a_scheme)})
+        record = LayerRecord(n, tuple(w.shape), details={"smoothed": n in col, "alpha": chosen.get(n),
+                                                         "act_scheme": str(a_scheme)})
         c, r = col.get(n), row.get(n)
         with meter.section() as sec:
             result.quantized[n] = quantize(awq_mod.rescale(w, c, r), w_scheme)
@@ -466,8 +479,10 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
                 plain = w8a8_output(x, w, w_scheme, a_scheme) + extra
                 setattr(record, f"{part}output_error", relative_error(y, smoothed))
                 setattr(record, f"rtn_{part}output_error", relative_error(y, plain))
-        if n not in col:
+        if n not in chosen:
             record.note = "no preceding op to fold smoothing scales into: plain W8A8"
+        elif n not in col:
+            record.note = "no alpha beat plain W8A8 on the calibration sample: not smoothed"
         record.seconds, record.peak_mb, record.tokens = sec.seconds, sec.peak_mb, cal.stats[n].samples.shape[0]
         result.layers.append(record)
         _tick(progress, n, i + 1, len(names))

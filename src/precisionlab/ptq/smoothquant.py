@@ -12,6 +12,11 @@ activation scheme over the (tokens, channels) matrix: per token is `<element>:ro
 default: the weight's element, one scale per token, computed at run time), per tensor is
 `<element>`. The product of the dequantized values is computed in float64, which equals an
 8-bit GEMM with exact (int32) accumulation followed by the scale multiplication.
+
+alpha="auto" (not in the paper, which tunes alpha per model by hand) picks, per group, the
+alpha of {0, 0.05, ..., 1} whose W8A8 output error summed over the group's layers (relative
+squared error per layer, on the calibration sample) is smallest, admitting only the alphas that
+leave no layer worse than without smoothing; "no smoothing" (s = 1) is always a candidate.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from precisionlab.quant.core import make_codec
 from precisionlab.quant.scheme import Granularity, Scheme, parse_scheme
 
 DEFAULT_ALPHA = 0.5
+ALPHA_GRID = tuple(i / 20 for i in range(21))
 
 
 def check_w8a8(weight_scheme: str | Scheme, act_scheme: str | Scheme | None = None,
@@ -78,3 +84,32 @@ def w8a8_output(x: Any, weight: Any, weight_scheme: Scheme, act_scheme: Scheme,
     if row_scales is not None:
         y = y * np.asarray(row_scales, dtype=np.float64)[None, :]
     return y
+
+
+def search_alpha(x_samples: Sequence[Any], weights: Sequence[Any], act_absmax: Any, weight_scheme: Scheme,
+                 act_scheme: Scheme) -> tuple[float | None, np.ndarray]:
+    """(alpha, s) chosen as the module docstring's alpha="auto" says; (None, ones) when no smoothing wins.
+
+    x_samples[i] is a calibration sample of layer i's input (the group shares one input, so usually
+    the same array)."""
+    xs = [as_numpy(x, np.float64) for x in x_samples]
+    ws = [as_numpy(w, np.float64) for w in weights]
+    refs = [x @ w.T for x, w in zip(xs, ws, strict=True)]
+
+    def errors(scales: np.ndarray | None) -> list[float]:
+        return [_relative_sq(r, w8a8_output(x, w, weight_scheme, act_scheme, scales))
+                for x, w, r in zip(xs, ws, refs, strict=True)]
+
+    base = errors(None)
+    best: tuple[float | None, np.ndarray, float] = (None, np.ones(ws[0].shape[1]), sum(base))
+    for alpha in ALPHA_GRID:
+        scales = smoothing_scales(act_absmax, ws, alpha)
+        errs = errors(scales)
+        if sum(errs) < best[2] and all(e <= b for e, b in zip(errs, base, strict=True)):
+            best = (alpha, scales, sum(errs))
+    return best[0], best[1]
+
+
+def _relative_sq(reference: np.ndarray, approx: np.ndarray) -> float:
+    den = float(np.sum(reference**2))
+    return float(np.sum((approx - reference) ** 2)) / den if den else 0.0
