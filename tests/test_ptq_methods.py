@@ -110,7 +110,8 @@ def test_awq_candidates_follow_the_formula() -> None:
 def test_weight_magnitude_is_normalised_per_quant_group() -> None:
     w = np.array([[1.0, -2.0, 4.0, 0.5], [2.0, 2.0, -1.0, 1.0]])
     got = weight_magnitude([w], parse_scheme("int4:g2"))
-    groups = np.array([[0.5, 1.0, 1.0, 0.125], [1.0, 1.0, 1.0, 1.0]]) / (1 + 1e-6 / np.array([[2, 2, 4, 4], [2, 2, 1, 1]]))
+    amax = np.array([[2, 2, 4, 4], [2, 2, 1, 1]])  # per row and group of two
+    groups = np.array([[0.5, 1.0, 1.0, 0.125], [1.0, 1.0, 1.0, 1.0]]) / (1 + 1e-6 / amax)
     assert np.allclose(got, groups.mean(axis=0), rtol=1e-5)
 
 

@@ -187,9 +187,16 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def check_tokens(name: str, stats: InputStatistics) -> None:
-    """Warn (CalibrationWarning) when a layer saw fewer tokens than it has inputs: a rank-deficient Hessian."""
-    if stats.n < stats.features:
-        warnings.warn(f"{name}: {stats.n} calibration tokens for {stats.features} inputs, so its Hessian has rank "
-                      f"<= {stats.n}; use at least {stats.features} tokens (GPTQ leans on its damping until then)",
-                      CalibrationWarning, stacklevel=2)
+def check_tokens(stats: dict[str, InputStatistics]) -> None:
+    """Warn (CalibrationWarning), once per distinct input, when the layers reading it saw fewer tokens than it
+    has features: their Hessian is rank-deficient."""
+    by_input: dict[int, list[str]] = {}
+    for name, st in stats.items():
+        by_input.setdefault(id(st), []).append(name)
+    for names in by_input.values():
+        st = stats[names[0]]
+        if st.n < st.features:
+            others = f" (and {', '.join(n.rsplit('.', 1)[-1] for n in names[1:])})" if names[1:] else ""
+            warnings.warn(f"{names[0]}{others}: {st.n} calibration tokens for {st.features} inputs, so its Hessian "
+                          f"has rank <= {st.n}; use at least {st.features} tokens (GPTQ leans on its damping until "
+                          "then)", CalibrationWarning, stacklevel=3)

@@ -240,9 +240,23 @@ def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:
     if method == "smoothquant":
         w, a = check_w8a8(scheme, opts["act_scheme"])
         opts["act_scheme"] = str(a)
+        alpha = opts["alpha"]
+        if alpha != "auto" and not (isinstance(alpha, (int, float)) and 0 <= float(alpha) <= 1):
+            raise ValueError(f"SmoothQuant alpha must be a number in [0, 1] or 'auto', got {alpha!r}")
         return str(w)
     if method == "gptq":
-        return str(check_columnwise(scheme, (1, 1)))
+        s = check_columnwise(scheme, (1, 1))
+        grouped = s.granularity.value in ("group", "tile", "block", "col")
+        if opts["act_order"] and grouped and not opts["static_groups"]:
+            raise ValueError(f"act_order with the grouped scheme {s} needs static_groups=True: groups fitted in the "
+                             "permuted order are not the scheme's layout (they need a g_idx)")
+        if int(opts["block_size"]) < 1 or not 0 < float(opts["damp"]) <= float(opts["max_damp"]):
+            raise ValueError("GPTQ needs block_size >= 1 and 0 < damp <= max_damp")
+        if opts["dtype"] not in ("float32", "float64"):
+            raise ValueError(f"GPTQ dtype must be 'float32' or 'float64', got {opts['dtype']!r}")
+        return str(s)
+    if method == "awq" and opts["objective"] not in ("block", "linear"):
+        raise ValueError(f"AWQ objective must be 'block' or 'linear', got {opts['objective']!r}")
     return str(parse_scheme(scheme))
 
 
@@ -252,8 +266,7 @@ def _captures(model: Any, names: Sequence[str], calibration: Sequence[Any], eval
     with meter.section():
         cal = capture(model, names, calibration, keep=keep, modules=modules, module_tokens=module_tokens)
         ev = capture(model, names, evaluation, keep=keep) if evaluation else None
-    for n in names:
-        check_tokens(n, cal.stats[n])
+    check_tokens(cal.stats)
     return cal, ev
 
 
@@ -322,8 +335,6 @@ def _awq(model: Any, method: str, scheme: str, names: Sequence[str], calibration
          evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
          progress: Progress | None) -> PTQResult:
     torch = require_torch("AWQ")
-    if opts["objective"] not in ("block", "linear"):
-        raise ValueError(f"AWQ objective must be 'block' or 'linear', got {opts['objective']!r}")
     s = parse_scheme(scheme)
     groups = scale_groups(model, names)
     modules = dict(model.named_modules())
@@ -443,8 +454,6 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
     col: dict[str, np.ndarray] = {}
     row: dict[str, np.ndarray] = {}
     alpha_opt = opts["alpha"]
-    if alpha_opt != "auto" and not (isinstance(alpha_opt, (int, float)) and 0 <= float(alpha_opt) <= 1):
-        raise ValueError(f"SmoothQuant alpha must be a number in [0, 1] or 'auto', got {alpha_opt!r}")
     chosen: dict[str, float | None] = {}
     for g in groups:
         stats = cal.stats[g.layers[0]]
@@ -469,10 +478,10 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
         c, r = col.get(n), row.get(n)
         with meter.section() as sec:
             result.quantized[n] = quantize(awq_mod.rescale(w, c, r), w_scheme)
-            for part, stats in (("", cal.stats[n]), ("eval_", ev.stats[n] if ev else None)):
-                if stats is None:
+            for part, part_stats in (("", cal.stats[n]), ("eval_", ev.stats[n] if ev else None)):
+                if part_stats is None:
                     continue
-                x = stats.samples
+                x = part_stats.samples
                 extra = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float64)
                 y = x.astype(np.float64) @ w.astype(np.float64).T + extra
                 smoothed = w8a8_output(x, w, w_scheme, a_scheme, c, r) + extra
@@ -503,10 +512,10 @@ def _llm_int8(model: Any, method: str, scheme: str, names: Sequence[str], calibr
         with meter.section() as sec:
             wq = quantize_weight(w)
             result.quantized[n] = wq
-            for part, stats in (("", cal.stats[n]), ("eval_", ev.stats[n] if ev else None)):
-                if stats is None:
+            for part, part_stats in (("", cal.stats[n]), ("eval_", ev.stats[n] if ev else None)):
+                if part_stats is None:
                     continue
-                x = stats.samples
+                x = part_stats.samples
                 b16 = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float16).astype(np.float64)
                 reference = fp16_output(x, w) + b16
                 mixed = llm_int8_matmul(x, w, threshold, wq, str(opts["outlier_weights"])).output + b16
