@@ -210,7 +210,7 @@ def _load_pretrained(source: ModelSource, dtype: str) -> LoadedModel:
     if source.form == "hub":
         fingerprint = _state_fingerprint(model, source.location, dtype)
     else:
-        fingerprint = _directory_fingerprint(Path(location), dtype)
+        fingerprint = directory_fingerprint(Path(location), dtype)
     loaded = LoadedModel(model, tokenizer, kind, source.name, location, source.form, fingerprint, dtype,
                          directory=location if source.form == "directory" else "")
     if kind == ENCODER:
@@ -373,7 +373,7 @@ def file_sha256(path: Path) -> str:
     return _HASHES[memo]
 
 
-def _directory_fingerprint(directory: Path, dtype: str) -> str:
+def directory_fingerprint(directory: Path, dtype: str) -> str:
     """Hash of config, weights, tokenizer and sentence-transformers files (names and contents) and the dtype."""
     names = ["config.json", *_TOKENIZER_FILES, *_ENCODER_FILES]
     files = [directory / n for n in names if (directory / n).is_file()]
