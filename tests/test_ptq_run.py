@@ -63,7 +63,9 @@ def test_capture_shares_inputs_and_counts_tokens(tiny) -> None:  # type: ignore[
 def test_every_method_runs_and_reports_the_stable_keys(tiny, method: str, scheme: str | None) -> None:  # type: ignore[no-untyped-def]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
-        result = run_method(tiny, method, scheme, batches(), evaluation=batches(1, seed=9), blocks=[0, 1])
+        options = {"prefill": 16} if method == "kivi" else None
+        result = run_method(tiny, method, scheme, batches(), evaluation=batches(2, seed=9), blocks=[0, 1],
+                            options=options)
     f = result.findings()
     for key in ("layers_total", "layers_improved", "output_error_ratio", "seconds", "peak_mb"):
         assert f"ptq.{method}.{key}" in f
@@ -76,6 +78,8 @@ def test_every_method_runs_and_reports_the_stable_keys(tiny, method: str, scheme
         assert all(r.output_error == r.rtn_output_error for r in result.layers)
     if method == "kivi":
         assert f["ptq.kivi.kl_mean"] >= 0 and f["ptq.kivi.cache_bytes"] < f["ptq.kivi.fp16_cache_bytes"]
+        assert f["ptq.kivi.decoded_positions"] == 2 * (48 - 16 - 1)
+        assert f["ptq.kivi.kl_ci_low"] <= f["ptq.kivi.kl_mean"] <= f["ptq.kivi.kl_ci_high"]
 
 
 def test_apply_writes_the_stored_weights(tiny) -> None:  # type: ignore[no-untyped-def]

@@ -93,6 +93,28 @@ class InputStatistics:
         return self._samples[: min(self.keep, self.n)]
 
 
+class LayerOutputError:
+    """The relative output error of candidate weights for one layer (see `output_error`); the
+    denominator, the float layer's output norm, is computed once."""
+
+    def __init__(self, weight: Any, stats: InputStatistics, bias: Any = None) -> None:
+        self.weight = as_numpy(weight, np.float64)
+        self.stats = stats
+        w, s = self.weight, stats.xtx
+        den = float(np.einsum("ij,ij->", w @ s, w))
+        if bias is not None:
+            b = as_numpy(bias, np.float64)
+            den += 2.0 * float(b @ (w @ stats.total)) + stats.n * float(b @ b)
+        self.den = den
+
+    def __call__(self, weight_hat: Any) -> float:
+        d = as_numpy(weight_hat, np.float64) - self.weight
+        num = float(np.einsum("ij,ij->", d @ self.stats.xtx, d))
+        if self.den <= 0:
+            return 0.0 if num <= 0 else float("inf")
+        return float(np.sqrt(max(num, 0.0) / self.den))
+
+
 def output_error(weight: Any, weight_hat: Any, stats: InputStatistics, bias: Any = None) -> float:
     """Relative Frobenius error of the layer output over every token the statistics saw.
 
@@ -100,17 +122,14 @@ def output_error(weight: Any, weight_hat: Any, stats: InputStatistics, bias: Any
         = sqrt( tr(D S D^T) / (tr(W S W^T) + 2 b.(W sum x) + n |b|^2) ),   D = W_hat - W,  S = X^T X
 
     (float64; the bias is the same before and after, so it enters the denominator only)."""
-    w = as_numpy(weight, np.float64)
-    d = as_numpy(weight_hat, np.float64) - w
-    s = stats.xtx
-    num = float(np.einsum("ij,ij->", d @ s, d))
-    den = float(np.einsum("ij,ij->", w @ s, w))
-    if bias is not None:
-        b = as_numpy(bias, np.float64)
-        den += 2.0 * float(b @ (w @ stats.total)) + stats.n * float(b @ b)
-    if den <= 0:
-        return 0.0 if num <= 0 else float("inf")
-    return float(np.sqrt(max(num, 0.0) / den))
+    return LayerOutputError(weight, stats, bias)(weight_hat)
+
+
+def squared_error(d: np.ndarray, xtx32: np.ndarray) -> float:
+    """tr(D S D^T) in float32 products summed in float64: for comparing candidates in a search, where
+    the ranking, not the last digits, matters (reported errors use `output_error`, in float64)."""
+    d32 = np.asarray(d, dtype=np.float32)
+    return float(((d32 @ xtx32) * d32).sum(dtype=np.float64))
 
 
 def relative_error(reference: Any, approx: Any) -> float:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.ptq.activations import InputStatistics
+from precisionlab.ptq.activations import InputStatistics, squared_error
 from precisionlab.ptq.peers import as_numpy
 from precisionlab.quant import quantize
 from precisionlab.quant.blocks import layout
@@ -119,12 +119,10 @@ def linear_objective(weights: Sequence[np.ndarray], stats: InputStatistics,
                      scheme: Scheme) -> Callable[[np.ndarray | None], float]:
     """loss(s) = sum_i ||(W_i_eff - W_i) X^T||_F^2 / n over every calibration token (from X^T X)."""
     ws = [np.asarray(w, dtype=np.float64) for w in weights]
+    xtx32 = stats.xtx.astype(np.float32)
 
     def loss(scales: np.ndarray | None) -> float:
-        total = 0.0
-        for w in ws:
-            d = scaled_weight(w, scheme, scales) - w
-            total += float(np.einsum("ij,ij->", d @ stats.xtx, d))
+        total = sum(squared_error(scaled_weight(w, scheme, scales) - w, xtx32) for w in ws)
         return total / max(stats.n, 1)
 
     return loss
@@ -135,10 +133,10 @@ def layer_guard(weights: Sequence[np.ndarray], stats: InputStatistics,
     """guard(s): True when every layer's own output error with s is no larger than with RTN (s = 1),
     over every calibration token (from X^T X)."""
     ws = [np.asarray(w, dtype=np.float64) for w in weights]
+    xtx32 = stats.xtx.astype(np.float32)
 
     def squared(w: np.ndarray, scales: np.ndarray | None) -> float:
-        d = scaled_weight(w, scheme, scales) - w
-        return float(np.einsum("ij,ij->", d @ stats.xtx, d))
+        return squared_error(scaled_weight(w, scheme, scales) - w, xtx32)
 
     rtn = [squared(w, None) for w in ws]
     return lambda scales: all(squared(w, scales) <= base for w, base in zip(ws, rtn, strict=True))
@@ -183,13 +181,13 @@ def search_clip(weight: np.ndarray, xtx: np.ndarray, scheme: str | Scheme, n_gri
     best_err = np.full((m, n_groups), np.inf)
     best_ratio = np.ones((m, n_groups))
     w64 = w.astype(np.float64)
-    blocks = [np.ascontiguousarray(xtx[c : c + g, c : c + g]) for c in starts]
+    blocks = [np.ascontiguousarray(xtx[c : c + g, c : c + g], dtype=np.float32) for c in starts]
     for i in range(int(max_shrink * n_grid)):
         ratio = 1 - i / n_grid
         limit = np.repeat(amax * ratio, g, axis=1)[:, :n].astype(np.float32)
         clipped = np.clip(w, -limit, limit)
-        d = quantize(clipped, s).dequantize().astype(np.float64) - w64
-        err = np.stack([np.einsum("ij,ij->i", d[:, c : c + g] @ blocks[k], d[:, c : c + g])
+        d = (quantize(clipped, s).dequantize().astype(np.float64) - w64).astype(np.float32)
+        err = np.stack([((d[:, c : c + g] @ blocks[k]) * d[:, c : c + g]).sum(axis=1, dtype=np.float64)
                         for k, c in enumerate(starts)], axis=1)
         better = err < best_err
         best_err[better] = err[better]

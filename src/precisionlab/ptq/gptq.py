@@ -37,6 +37,7 @@ Details that matter (and where this differs from the reference code, why):
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,31 +78,51 @@ class GPTQResult:
 
 
 def inverse_hessian_factor(hessian: Any, damp: float = DEFAULT_DAMP, damp_growth: float = DAMP_GROWTH,
-                           max_damp: float = MAX_DAMP) -> tuple[Any, float, int]:
-    """(U, damping used, tries): U upper triangular with U^T U = (H + damp * mean(diag H) I)^-1 (torch, float64).
+                           max_damp: float = MAX_DAMP, backend: str = "auto") -> tuple[np.ndarray, float, int]:
+    """(U, damping used, tries): U upper triangular with U^T U = (H + damp * mean(diag H) I)^-1 (float64).
 
     The damping starts at `damp` and is multiplied by `damp_growth` after every failed
-    factorisation, the last try at exactly `max_damp`; HessianNotPositiveDefinite if none works."""
-    torch = require_torch("GPTQ")
-    h = torch.as_tensor(hessian, dtype=torch.float64)
-    n = h.shape[0]
-    mean = float(torch.diagonal(h).mean())
+    factorisation, the last try at exactly `max_damp`; HessianNotPositiveDefinite if none works.
+    backend "auto": torch when it is installed (LAPACK through MKL: several times faster than
+    numpy's here), else numpy; or "torch" / "numpy"."""
+    if backend not in ("auto", "torch", "numpy"):
+        raise ValueError(f"backend must be 'auto', 'torch' or 'numpy', got {backend!r}")
+    h = np.asarray(as_numpy(hessian), dtype=np.float64)
+    mean = float(np.diag(h).mean())
     if not mean > 0:
         raise HessianNotPositiveDefinite(f"mean(diag H) = {mean:.3g}: the Hessian carries no calibration signal")
-    flipped = torch.flip(h, dims=(0, 1))
-    eye = torch.eye(n, dtype=torch.float64)
+    flipped = np.ascontiguousarray(h[::-1, ::-1])
+    use_torch = backend == "torch" or (backend == "auto" and importlib.util.find_spec("torch") is not None)
+    factor = _torch_factor if use_torch else _numpy_factor
     d, tries = float(damp), 0
     while True:
         tries += 1
-        lower, info = torch.linalg.cholesky_ex(flipped + (d * mean) * eye)
-        if int(info) == 0:
-            inv = torch.linalg.solve_triangular(lower, eye, upper=False)
-            if bool(torch.isfinite(inv).all()):
-                return torch.flip(inv, dims=(0, 1)), d, tries
+        inv = factor(flipped, d * mean)
+        if inv is not None and np.isfinite(inv).all():
+            return np.ascontiguousarray(inv[::-1, ::-1]), d, tries
         if d >= max_damp:
             raise HessianNotPositiveDefinite(f"H + lambda I is not positive definite up to damping {max_damp:g} x "
                                              f"mean(diag H) ({tries} tries)")
         d = min(d * damp_growth, max_damp)
+
+
+def _torch_factor(h: np.ndarray, shift: float) -> np.ndarray | None:
+    """L^-1 for L = chol(h + shift I), or None when h + shift I is not positive definite."""
+    torch = require_torch("GPTQ")
+    t = torch.from_numpy(h)
+    eye = torch.eye(h.shape[0], dtype=torch.float64)
+    lower, info = torch.linalg.cholesky_ex(t + shift * eye)
+    if int(info) != 0:
+        return None
+    return np.asarray(torch.linalg.solve_triangular(lower, eye, upper=False).numpy())
+
+
+def _numpy_factor(h: np.ndarray, shift: float) -> np.ndarray | None:
+    try:
+        lower = np.linalg.cholesky(h + shift * np.eye(h.shape[0]))
+    except np.linalg.LinAlgError:
+        return None
+    return np.asarray(np.linalg.inv(lower))
 
 
 def prepare_hessian(hessian: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +192,7 @@ def gptq_quantize(weight: Any, hessian: Any, scheme: str | Scheme, *, block_size
                           str(exc), options)
     # the sweep runs in numpy: its many small updates are single-threaded there, without the
     # thread-pool synchronisation that torch pays on every small CPU op
-    ut = u.numpy().astype(work_np)
+    ut = u.astype(work_np)
     wt = np.ascontiguousarray(w0.T[perm])  # row i: the i-th column swept (a copy)
     deq = np.empty((n, m), dtype=np.float32)
     fit_on_arrival = not upfront

@@ -33,7 +33,7 @@ import numpy as np
 
 from precisionlab.ptq import awq as awq_mod
 from precisionlab.ptq import kivi as kivi_mod
-from precisionlab.ptq.activations import InputStatistics, output_error, relative_error
+from precisionlab.ptq.activations import InputStatistics, LayerOutputError, output_error, relative_error
 from precisionlab.ptq.calibration import Capture, cache_keyword, capture, check_tokens
 from precisionlab.ptq.gptq import gptq_quantize
 from precisionlab.ptq.grid import check_columnwise
@@ -57,7 +57,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
             "module_tokens": 512},
     "smoothquant": {"alpha": DEFAULT_ALPHA, "act_scheme": None, "samples": 512},
     "llm_int8": {"threshold": THRESHOLD, "outlier_weights": "int8", "samples": 512},
-    "kivi": {"group": kivi_mod.DEFAULT_GROUP, "residual": kivi_mod.DEFAULT_RESIDUAL, "prefill": 256},
+    "kivi": {"group": kivi_mod.DEFAULT_GROUP, "residual": kivi_mod.DEFAULT_RESIDUAL, "prefill": 256,
+             "max_kl": None},
 }
 """Each method's options and their defaults (`run_method(..., options={...})`)."""
 
@@ -281,13 +282,15 @@ def _weights(model: Any, names: Sequence[str]) -> dict[str, tuple[np.ndarray, np
 
 
 def _errors(record: LayerRecord, w: np.ndarray, bias: np.ndarray | None, w_eff: np.ndarray, w_rtn: np.ndarray,
-            cal: InputStatistics, ev: InputStatistics | None) -> None:
-    record.output_error = output_error(w, w_eff, cal, bias)
-    record.rtn_output_error = output_error(w, w_rtn, cal, bias)
-    record.tokens = cal.n
+            cal: InputStatistics | LayerOutputError, ev: InputStatistics | None) -> None:
+    meter = cal if isinstance(cal, LayerOutputError) else LayerOutputError(w, cal, bias)
+    record.output_error = meter(w_eff)
+    record.rtn_output_error = meter(w_rtn)
+    record.tokens = meter.stats.n
     if ev is not None:
-        record.eval_output_error = output_error(w, w_eff, ev, bias)
-        record.rtn_eval_output_error = output_error(w, w_rtn, ev, bias)
+        eval_meter = LayerOutputError(w, ev, bias)
+        record.eval_output_error = eval_meter(w_eff)
+        record.rtn_eval_output_error = eval_meter(w_rtn)
 
 
 def _tick(progress: Progress | None, step: str, done: int, total: int) -> None:
@@ -356,7 +359,9 @@ def _awq(model: Any, method: str, scheme: str, names: Sequence[str], calibration
                 loss = _module_objective(model, g, cal.module_inputs[g.inspect], s, ws)
             else:
                 loss = awq_mod.linear_objective(ws, stats, s)
-            guard = awq_mod.layer_guard(ws, stats, s) if opts["guard"] else None
+            # a single layer judged by its own output needs no guard: its objective is that error
+            own = g.inspect not in cal.module_inputs and len(g.layers) == 1
+            guard = awq_mod.layer_guard(ws, stats, s) if opts["guard"] and not own else None
             found = awq_mod.search_scales(stats.mean_abs(), ws, s, loss, int(opts["n_grid"]),
                                           bool(opts["duo_scaling"]), guard)
         for n in g.layers:
@@ -374,6 +379,7 @@ def _awq(model: Any, method: str, scheme: str, names: Sequence[str], calibration
         record = LayerRecord(n, tuple(w.shape))
         w_rtn = quantize(w, s).dequantize()
         c, r = col.get(n), row.get(n)
+        layer_error = LayerOutputError(w, cal.stats[n], bias)
         with meter.section() as sec:
             folded = awq_mod.rescale(w, c, r)
             q = quantize(folded, s)
@@ -384,7 +390,7 @@ def _awq(model: Any, method: str, scheme: str, names: Sequence[str], calibration
                 clipped, ratios = awq_mod.search_clip(folded, xtx, s)
                 q_clip = quantize(clipped, s)
                 eff_clip = awq_mod.unscale(q_clip.dequantize(), c, r)
-                if output_error(w, eff_clip, cal.stats[n]) < output_error(w, w_eff, cal.stats[n]):
+                if layer_error(eff_clip) < layer_error(w_eff):
                     q, w_eff = q_clip, eff_clip
                 else:
                     ratios = np.ones_like(ratios)
@@ -399,7 +405,7 @@ def _awq(model: Any, method: str, scheme: str, names: Sequence[str], calibration
         if found_n is None:
             record.note = "no preceding op to fold scales into: clipping only"
         result.quantized[n] = q
-        _errors(record, w, bias, w_eff, w_rtn, cal.stats[n], ev.stats[n] if ev else None)
+        _errors(record, w, bias, w_eff, w_rtn, layer_error, ev.stats[n] if ev else None)
         result.layers.append(record)
         _tick(progress, n, i + 1, len(names))
     return result
@@ -447,7 +453,10 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
                  evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
                  progress: Progress | None) -> PTQResult:
     w_scheme, a_scheme = check_w8a8(scheme, opts["act_scheme"])
-    groups = scale_groups(model, names)
+    modules = dict(model.named_modules())
+    # folded into the preceding norm only (the paper's recipe): a previous linear's rows scaled by 1/s
+    # would change that linear's own 8-bit grid, which per-tensor weight scales punish
+    groups = [g for g in scale_groups(model, names) if not hasattr(modules[g.prev], "out_features")]
     cal, ev = _captures(model, names, calibration, evaluation, meter, keep=int(opts["samples"]))
     weights = _weights(model, names)
     result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
@@ -518,12 +527,12 @@ def _llm_int8(model: Any, method: str, scheme: str, names: Sequence[str], calibr
                 x = part_stats.samples
                 b16 = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float16).astype(np.float64)
                 reference = fp16_output(x, w) + b16
-                mixed = llm_int8_matmul(x, w, threshold, wq, str(opts["outlier_weights"])).output + b16
-                found = llm_int8_matmul(x, w, threshold, wq).outlier_columns
+                product = llm_int8_matmul(x, w, threshold, wq, str(opts["outlier_weights"]))
+                mixed = product.output + b16
                 plain = llm_int8_matmul(x, w, math.inf, wq).output + b16
                 setattr(record, f"{part}output_error", relative_error(reference, mixed))
                 setattr(record, f"rtn_{part}output_error", relative_error(reference, plain))
-                record.details[f"{part}outlier_columns"] = int(found.size)
+                record.details[f"{part}outlier_columns"] = int(product.outlier_columns.size)
                 if not part:
                     fp32 = x.astype(np.float64) @ w.astype(np.float64).T + (0.0 if bias is None else bias)
                     record.details["fp32_output_error"] = relative_error(fp32, mixed)
@@ -538,7 +547,8 @@ def _kivi(model: Any, method: str, scheme: str, names: Sequence[str], calibratio
           evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
           progress: Progress | None) -> PTQResult:
     """Per attention layer: K/V reconstruction error of KIVI against per-token keys and values at the same
-    bits, on the calibration text's cache; with `evaluation`, KL on its first batch decoded over a KIVI cache."""
+    bits, on the calibration text's cache; with `evaluation` (long texts), the KL of decoding over a KIVI
+    cache (see `_kivi_kl`)."""
     torch = require_torch("KIVI")
     from transformers.cache_utils import DynamicCache
 
@@ -580,14 +590,45 @@ def _kivi(model: Any, method: str, scheme: str, names: Sequence[str], calibratio
                           "per_token_key_error": math.sqrt(dk_tok / kk)}
         result.layers.append(record)
     if evaluation:
-        ids = evaluation[0]["input_ids"] if isinstance(evaluation[0], dict) else evaluation[0]
-        prefill = min(int(opts["prefill"]), ids.shape[1] - 2)
-        kl = kivi_mod.kivi_kl(model, ids, prefill, config)
-        result.evaluation_tokens = int(ids.numel())
-        result.summary = {"kl_mean": float(kl.kl.mean()), "kl_max": float(kl.kl.max()),
-                          "top1_agreement": kl.top1_agreement, "decoded_positions": kl.positions,
-                          "cache_bytes": kl.bytes.total, "fp16_cache_bytes": kl.bytes.fp16}
+        result.summary = _kivi_kl(model, evaluation, int(opts["prefill"]), config, opts["max_kl"])
+        result.evaluation_tokens = int(result.summary.pop("tokens"))
     return result
+
+
+def _kivi_kl(model: Any, evaluation: Sequence[Any], prefill: int, config: kivi_mod.KIVIConfig,
+             max_kl: float | None) -> dict[str, Any]:
+    """KL(reference || KIVI) per decoded token over the evaluation texts (each: prefill, then decode), its
+    interval resampling texts (eval.stats.bootstrap_ratio), and a verdict against max_kl when given."""
+    from precisionlab.eval.stats import bootstrap_ratio
+
+    sums, counts, agree, tokens = [], [], [], 0
+    total = None
+    for batch in evaluation:
+        ids = batch["input_ids"] if isinstance(batch, dict) else batch
+        if ids.shape[1] < prefill + 2:
+            raise ValueError(f"KIVI's KL needs evaluation texts longer than prefill + 1 = {prefill + 1} tokens; one "
+                             f"has {ids.shape[1]} (lower the prefill option or give longer texts)")
+        kl = kivi_mod.kivi_kl(model, ids[:1], prefill, config)
+        sums.append(float(kl.kl.sum()))
+        counts.append(kl.positions)
+        agree.append(kl.top1_agreement * kl.positions)
+        tokens += int(ids.shape[1])
+        total = kl.bytes
+    assert total is not None
+    out: dict[str, Any] = {"kl_mean": sum(sums) / sum(counts), "top1_agreement": sum(agree) / sum(counts),
+                           "decoded_positions": int(sum(counts)), "texts": len(sums),
+                           "cache_bytes": total.total, "fp16_cache_bytes": total.fp16, "tokens": tokens}
+    if len(sums) >= 2:
+        interval = bootstrap_ratio(np.array(sums), np.array(counts, dtype=np.float64))
+        out["kl_ci_low"], out["kl_ci_high"] = interval.low, interval.high
+        if max_kl is not None:
+            out["max_kl"] = float(max_kl)
+            out["kl_verdict"] = ("pass" if interval.high < max_kl else "fail" if interval.low > max_kl
+                                 else "inconclusive")
+    elif max_kl is not None:
+        out["max_kl"] = float(max_kl)
+        out["kl_verdict"] = "inconclusive"  # one text: no interval, so no verdict
+    return out
 
 
 def _per_token_keys(keys: Any, config: kivi_mod.KIVIConfig) -> Any:
