@@ -33,6 +33,8 @@ def test_bad_scheme_and_threshold_fail_before_loading(run_cli) -> None:  # type:
     one_line_error(run_cli("eval", "--model", "nope", "--schemes", "int9:row"), "unknown element or preset 'int9'")
     one_line_error(run_cli("eval", "--model", "nope", "--max-drop", "-1"), "--max-drop must be a finite number")
     one_line_error(run_cli("eval", "--model", "nope", "--schemes", "int8:row+act"), "expected act=SCHEME")
+    one_line_error(run_cli("eval", "--model", "nope", "--size", "0"), "size must be a positive number")
+    one_line_error(run_cli("eval", "--model", "nope", "--resamples", "5"), "--resamples must be an integer >= 100")
 
 
 def test_jsonl_line_without_gold(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

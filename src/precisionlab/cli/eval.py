@@ -104,7 +104,8 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
             threads: int | None, as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
     from precisionlab.eval.candidates import parse_candidates
-    from precisionlab.eval.runner import check_max_drop
+    from precisionlab.eval.data import task_sizes
+    from precisionlab.eval.runner import check_max_drop, check_resamples
     from precisionlab.eval.tasks import check_task_names
     from precisionlab.labs import eval as eval_lab
     from precisionlab.models import load_model, peers
@@ -112,6 +113,8 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
     chosen = _split(schemes) or list(eval_lab.DEFAULT_SCHEMES)
     parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
     check_max_drop(max_drop)
+    check_resamples(resamples)
+    task_sizes(size)
     task_names = _split(tasks)
     check_task_names(task_names)
     excluded: list[str] | None = None

@@ -172,6 +172,13 @@ class EvalRun:
 
 
 # --------------------------------------------------------------------------- entry point
+def check_resamples(n_resamples: int) -> int:
+    """ValueError unless the bootstrap gets an integer of at least 100 resamples."""
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 100:
+        raise ValueError(f"--resamples must be an integer >= 100, got {n_resamples!r}")
+    return n_resamples
+
+
 def check_max_drop(max_drop: float) -> float:
     """The threshold as a float; ValueError unless it is a finite number >= 0."""
     value = float(max_drop)
@@ -187,6 +194,7 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
              n_resamples: int = stats.DEFAULT_RESAMPLES, limits: Limits = Limits()) -> EvalRun:
     """Score the reference (cached) and every candidate on every task; compare them (see the module)."""
     check_max_drop(max_drop)
+    check_resamples(n_resamples)
     progress = progress or SilentProgress()
     _check_candidates(loaded, candidates)
     start = time.perf_counter()
