@@ -6,6 +6,10 @@
 
 The GGUF conversion is cached where precisionlab caches it (PRECISIONLAB_CACHE or
 ~/.cache/precisionlab), so only the first session on a machine pays its ~20 s.
+
+On a machine busier than its cores (load average above the CPU count), torch is set to one
+thread when a model is first loaded: two threads contending with other work ran these tests
+3-5x slower than one here; an idle machine keeps torch's default.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import os
 from typing import Any
 
 import pytest
@@ -35,9 +40,18 @@ def require_packaged(name: str) -> None:
 
 
 @functools.cache
+def _threads() -> None:
+    import torch
+
+    if hasattr(os, "getloadavg") and os.getloadavg()[0] > (os.cpu_count() or 1):
+        torch.set_num_threads(1)
+
+
+@functools.cache
 def _smollm2() -> Any:
     from precisionlab.models import load_model
 
+    _threads()
     return load_model("smollm2-135m")
 
 
@@ -65,6 +79,18 @@ def _smollm2_slice() -> Any:
                                name=f"{full.name}[:{SLICE_BLOCKS}]")
 
 
+@functools.cache
+def _gguf_reader(path: str) -> Any:
+    import gguf
+
+    return gguf.GGUFReader(path)
+
+
+def smollm2_gguf() -> Any:
+    """gguf's own reader of SmolLM2's file (parsing its metadata takes seconds: once per session)."""
+    return _gguf_reader(smollm2().source)
+
+
 def smollm2_slice() -> Any:
     """SmolLM2 cut to its first SLICE_BLOCKS blocks: its own tensors (quantizing it leaves smollm2() alone)."""
     smollm2()
@@ -75,6 +101,7 @@ def smollm2_slice() -> Any:
 def _minilm() -> Any:
     from precisionlab.models import load_model
 
+    _threads()
     return load_model("minilm-l6")
 
 

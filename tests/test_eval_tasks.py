@@ -50,7 +50,7 @@ def whole_loglik(model: scoring.CausalLM, ctx: list[int], cont: list[int]) -> fl
 
 def test_choice_logliks_equal_whole_sequence_forwards() -> None:
     model = lm()
-    examples = data.choice_examples(data.builtin_split(), 3)
+    examples = data.choice_examples(data.builtin_split(), 2)
     scores = scoring.score_choice(model, examples)
     for example, lls, acc, acc_norm in zip(examples, scores.loglik, scores.acc, scores.acc_norm, strict=True):
         expected = []
@@ -65,11 +65,11 @@ def test_choice_logliks_equal_whole_sequence_forwards() -> None:
 
 def test_perplexity_nll_equals_cross_entropy_and_self_kl_is_zero() -> None:
     model = lm()
-    docs = data.ppl_documents(data.builtin_split(), 3)
-    sequences = scoring.ppl_sequences(model, [d.text for d in docs], 96)
+    docs = data.ppl_documents(data.builtin_split(), 2)
+    sequences = scoring.ppl_sequences(model, [d.text for d in docs], 64)
     reference = scoring.score_ppl(model, sequences, top_k=64)
     for i, seq in enumerate(sequences):
-        assert seq[0] == model.prefix_id and len(seq) == 97 and reference.tokens[i] == 96
+        assert seq[0] == model.prefix_id and len(seq) == 65 and reference.tokens[i] == 64
         ids = torch.tensor([seq])
         with torch.inference_mode():
             logits = model.model(input_ids=ids, use_cache=False).logits[0, :-1]
@@ -84,7 +84,7 @@ def test_perplexity_nll_equals_cross_entropy_and_self_kl_is_zero() -> None:
 def test_coarsened_kl_is_a_tight_lower_bound_of_the_full_kl() -> None:
     model = lm()
     docs = data.ppl_documents(data.builtin_split(), 1)
-    sequences = scoring.ppl_sequences(model, [d.text for d in docs], 128)
+    sequences = scoring.ppl_sequences(model, [d.text for d in docs], 64)
     ids = torch.tensor([sequences[0]])
     with torch.inference_mode():
         p = torch.log_softmax(model.model(input_ids=ids, use_cache=False).logits[0, :-1].double(), dim=-1)

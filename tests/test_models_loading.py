@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from precisionlab.models import loading, packaged, peers
-from tests.model_helpers import minilm, require_packaged, require_peers, smollm2
+from tests.model_helpers import minilm, require_packaged, require_peers, smollm2, smollm2_gguf
 
 
 # --------------------------------------------------------------------------- no peers needed
@@ -85,9 +85,7 @@ def test_grid_note_names_the_source_grids() -> None:
 # --------------------------------------------------------------------------- SmolLM2
 def test_smollm2_shape_matches_its_gguf_header() -> None:
     loaded = smollm2()
-    import gguf
-
-    reader = gguf.GGUFReader(loaded.source)
+    reader = smollm2_gguf()
 
     def field(name: str) -> int:
         part = reader.fields[name]
@@ -105,11 +103,10 @@ def test_smollm2_shape_matches_its_gguf_header() -> None:
 
 def test_smollm2_weights_are_gguf_dequantized_exactly() -> None:
     """The float model (here from the cache of its conversion) holds exactly what the gguf package decodes."""
-    import gguf
     from gguf import quants
 
     loaded = smollm2()
-    reader = gguf.GGUFReader(loaded.source)
+    reader = smollm2_gguf()
     tensors = {t.name: t for t in reader.tensors}
     for block, gguf_name, module in ((0, "ffn_down", "mlp.down_proj"), (17, "attn_v", "self_attn.v_proj"),
                                      (29, "ffn_up", "mlp.up_proj")):

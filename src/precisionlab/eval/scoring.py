@@ -51,8 +51,9 @@ from precisionlab.models import peers
 KL_TOP_K = 1024
 """Reference log-probabilities kept per token for the KL (see the module docstring). On SmolLM2 the
 coarsened KL at K = 1024 is 97-98 % of the full-vocabulary KL (int8:row, int4:g128; 92-94 % at 256)."""
-PPL_TOKEN_BUDGET = 1024
-"""Tokens per forward batch of the perplexity task (logits are batch × length × vocabulary floats)."""
+PPL_TOKEN_BUDGET = 512
+"""Tokens per forward batch of the perplexity task: its logits are batch × length × vocabulary floats
+(100 MB for SmolLM2), the largest transient of a run."""
 EMBED_BATCH = 16
 GENERATE_BATCH = 8
 
@@ -201,11 +202,12 @@ def score_ppl(lm: CausalLM, sequences: Sequence[Sequence[int]], reference: dict[
                     p_log = torch.from_numpy(reference["top_logp"][span]).double()
                     p_rest = torch.from_numpy(reference["rest_logp"][span])
                     q_log = logp.gather(1, top_ids).double()
+                    matches = float((logp.argmax(dim=-1) == top_ids[:, 0]).sum())
                     q_rest = torch.from_numpy(_rest_logp(logp, top_ids))
                     per_token = (p_log.exp() * (p_log - q_log)).sum(dim=1) + _xlogx_ratio(p_rest, q_rest)
                     assert kl is not None and agree is not None
                     kl[i] = float(per_token.clamp_min(0.0).sum())
-                    agree[i] = float((logp.argmax(dim=-1) == top_ids[:, 0]).sum())
+                    agree[i] = matches
             del logits
             advance(len(batch))
     return PplScores(nll, np.asarray(targets_per_doc, dtype=np.float64), kl, agree, ref_out)
@@ -216,9 +218,12 @@ def _vocab(lm: CausalLM) -> int:
 
 
 def _rest_logp(logp: Any, top_ids: Any) -> np.ndarray:
-    """log of the probability outside the given token ids, per row (as float64; -inf when nothing is left)."""
+    """log of the probability outside the given token ids, per row (as float64; -inf when nothing is left).
+
+    Overwrites those entries of `logp` with -inf (in place: no second vocabulary-wide copy), so it is the
+    last use of `logp`. float32 suffices: logsumexp is accurate to its rounding."""
     torch = peers.torch()
-    masked = logp.scatter(1, top_ids, -math.inf)  # float32: logsumexp is accurate to its rounding
+    masked = logp.scatter_(1, top_ids, -math.inf)
     return torch.logsumexp(masked, dim=1).double().numpy()
 
 
