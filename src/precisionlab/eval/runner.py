@@ -345,8 +345,8 @@ def _layer_output_error(loaded: Any, report: Any, probe: Any) -> tuple[float, di
 
 # --------------------------------------------------------------------------- reference
 def _settings_for(spec: TaskSpec, limits: Limits) -> dict[str, Any]:
-    if spec.kind == "ppl":
-        return {"max_tokens": limits.ppl_max_tokens, "top_k": scoring.KL_TOP_K}
+    if spec.kind == "ppl":  # the batching too: a different batch changes the logits in their last bits
+        return {"max_tokens": limits.ppl_max_tokens, "top_k": scoring.KL_TOP_K, "batch": scoring.PPL_TOKEN_BUDGET}
     if spec.kind == "generate":
         return {"new_tokens": limits.generate_new_tokens, "batch": scoring.GENERATE_BATCH}
     if spec.kind == "retrieval":
