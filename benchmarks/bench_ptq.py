@@ -39,21 +39,22 @@ from precisionlab.quant import quantize
 
 # --------------------------------------------------------------------------- a plain torch GPTQ (the peer)
 def torch_gptq_int4_g128(weight: Any, hessian: Any, group: int = 128, block: int = 128,
-                         percdamp: float = 0.01) -> np.ndarray:
-    """GPTQ as the reference code lays it out, in torch float32: H^-1 by Cholesky, its upper factor,
-    lazy batches, group scales s = fp16(amax / 7) fitted on arrival. Returns int codes (M, N)."""
+                         percdamp: float = 0.01, dtype: str = "float32") -> np.ndarray:
+    """GPTQ as the reference code lays it out, in torch (float32 by default): H^-1 by Cholesky, its upper
+    factor, lazy batches, group scales s = fp16(amax / 7) fitted on arrival. Returns int codes (M, N)."""
     import torch
 
     if block % group:
         raise ValueError("this plain peer keeps each group inside one block: block must be a multiple of group")
-    w = torch.as_tensor(weight, dtype=torch.float32).clone()
-    h = torch.as_tensor(hessian, dtype=torch.float32).clone()
+    work = getattr(torch, dtype)
+    w = torch.as_tensor(weight).to(work).clone()
+    h = torch.as_tensor(hessian).to(work).clone()
     m, n = w.shape
     idx = torch.arange(n)
     h[idx, idx] += percdamp * torch.mean(torch.diag(h))
     hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
     codes = torch.zeros((m, n), dtype=torch.int8)
-    scale = torch.ones(m)
+    scale = torch.ones(m, dtype=work)
     for i1 in range(0, n, block):
         i2 = min(i1 + block, n)
         w1 = w[:, i1:i2].clone()
@@ -63,7 +64,7 @@ def torch_gptq_int4_g128(weight: Any, hessian: Any, group: int = 128, block: int
             col = w1[:, i]
             if (i1 + i) % group == 0:  # groups inside blocks (block % group == 0): w1 holds their current values
                 amax = w1[:, i : i + group].abs().amax(dim=1)
-                scale = (amax.double() / 7).half().float()
+                scale = (amax.double() / 7).half().to(work)
                 scale = torch.where(scale > 0, scale, torch.ones_like(scale))
             q = torch.clamp(torch.round(col / scale), -7, 7)
             codes[:, i1 + i] = q.to(torch.int8)
@@ -87,6 +88,14 @@ def bench_layer(size: int, tokens: int) -> None:
 
     print(f"== GPTQ of one {size} x {size} layer, {tokens} calibration tokens, int4:g128 "
           f"({torch.get_num_threads()} torch threads)")
+    small_w, small_h = synthetic_layer(512, 256, seed=1)
+    exact = gptq_quantize(small_w, small_h, "int4:g128", dtype="float64").quantized
+    assert exact is not None
+    small = exact.codes[:, :512].astype(np.int16)
+    small = np.where(small >= 8, small - 16, small)
+    peer64 = torch_gptq_int4_g128(small_w, small_h, dtype="float64")
+    print(f"  float64 sweeps, 512 x 512: codes differing from the torch peer: {int(np.count_nonzero(small != peer64))}"
+          f" of {small.size}")
     w, h = synthetic_layer(size, tokens)
     meter = MemoryMeter()
     with meter.section() as fact:
@@ -104,7 +113,7 @@ def bench_layer(size: int, tokens: int) -> None:
     d_rtn = quantize(w, "int4:g128").dequantize().astype(np.float64) - w
     err = np.sqrt(np.einsum("ij,ij->", d @ h, d) / np.einsum("ij,ij->", w @ h, w))
     err_rtn = np.sqrt(np.einsum("ij,ij->", d_rtn @ h, d_rtn) / np.einsum("ij,ij->", w @ h, w))
-    print(f"  codes differing from the torch peer: {differ} of {mine.size} ({rows} rows)")
+    print(f"  float32 sweeps: codes differing from the torch peer: {differ} of {mine.size} ({rows} rows)")
     print(f"  precisionlab.ptq  {ours.seconds:7.1f} s   peak +{ours.peak_mb:6.0f} MB   (factorisation alone "
           f"{fact.seconds:.1f} s)")
     print(f"  torch peer        {peer.seconds:7.1f} s   peak +{peer.peak_mb:6.0f} MB   ratio ours/peer "

@@ -125,19 +125,19 @@ def test_teacher_forced_decoding_reproduces_the_full_forward(tiny_llama) -> None
     assert torch.allclose(decoded, full, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize(("bits", "prefill"), [(2, 20), (4, 1), (2, 37)])
+@pytest.mark.parametrize(("bits", "prefill"), [(2, 37), (4, 1)])
 def test_the_one_pass_attention_equals_decoding_over_the_cache(tiny_llama, bits: int, prefill: int) -> None:  # type: ignore[no-untyped-def]
     """Two mechanisms for one semantics: token-by-token decoding over KIVICache, and kivi_attention's masks."""
     from precisionlab.ptq.kivi import kivi_attention
 
     config = KIVIConfig(bits, 16, 32)
-    ids = torch.randint(0, 96, (1, 120), generator=torch.Generator().manual_seed(bits + prefill))
+    ids = torch.randint(0, 96, (1, 100), generator=torch.Generator().manual_seed(bits + prefill))
     decoded = teacher_forced_logits(tiny_llama, ids, prefill, make_kivi_cache(tiny_llama, config))[1:]
     with torch.no_grad(), kivi_attention(tiny_llama, config, prefill):
-        one_pass = tiny_llama(input_ids=ids, use_cache=False).logits[0, prefill:119]
+        one_pass = tiny_llama(input_ids=ids, use_cache=False).logits[0, prefill:99]
     assert decoded.shape == one_pass.shape
     assert torch.allclose(one_pass, decoded, atol=2e-5, rtol=1e-4)
     with torch.no_grad():
-        plain = tiny_llama(input_ids=ids, use_cache=False).logits[0, prefill:119]
+        plain = tiny_llama(input_ids=ids, use_cache=False).logits[0, prefill:99]
     assert not torch.allclose(one_pass, plain, atol=1e-3)  # the quantization shows
     assert tiny_llama.config._attn_implementation != "precisionlab_kivi"  # restored

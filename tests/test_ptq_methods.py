@@ -48,7 +48,8 @@ def test_running_statistics_equal_the_whole_batch_computation() -> None:
         stats.add(part.reshape(1, -1, 24))  # (batch, tokens, features) like a model's hidden states
     x64 = x.astype(np.float64)
     assert stats.n == 300
-    assert np.allclose(stats.hessian(), 2 * x64.T @ x64 / 300, rtol=1e-12)
+    h = 2 * x64.T @ x64 / 300
+    assert np.allclose(stats.hessian(), h, rtol=1e-6, atol=1e-6 * np.abs(h).max())  # float32 batch products
     assert np.allclose(stats.mean_abs(), np.abs(x64).mean(axis=0))
     assert np.array_equal(stats.abs_max, np.abs(x64).max(axis=0))
     kept = stats.samples
@@ -79,7 +80,7 @@ def test_output_error_from_statistics_equals_the_error_on_the_activations() -> N
     y = x.astype(np.float64) @ w.T.astype(np.float64) + b
     y_hat = x.astype(np.float64) @ w_hat.T.astype(np.float64) + b
     direct = np.linalg.norm(y_hat - y) / np.linalg.norm(y)
-    assert output_error(w, w_hat, stats, b) == pytest.approx(direct, rel=1e-9)
+    assert output_error(w, w_hat, stats, b) == pytest.approx(direct, rel=1e-5)  # float32 quadratic forms
     assert relative_error(y, y_hat) == pytest.approx(direct, rel=1e-12)
 
 

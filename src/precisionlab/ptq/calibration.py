@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,8 +72,10 @@ def token_batches(tokenizer: Any, documents: Iterable[Any], n_tokens: int, seq_l
 
 
 def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, keep: int = 0,
-            modules: Sequence[str] = (), module_tokens: int = 512, stop_early: bool = True) -> Capture:
-    """Statistics of the inputs of `layer_names` over `batches` (see the module docstring)."""
+            modules: Sequence[str] = (), module_tokens: int = 512, stop_early: bool = True,
+            progress: Callable[[str, int, int], None] | None = None) -> Capture:
+    """Statistics of the inputs of `layer_names` over `batches` (see the module docstring);
+    `progress("calibration", done, total)` after each batch."""
     torch = require_torch("calibration")
     named = dict(model.named_modules())
     missing = [n for n in (*layer_names, *modules) if n not in named]
@@ -138,7 +140,8 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
     model.eval()
     try:
         with torch.no_grad():
-            for batch in batches:
+            batch_list = list(batches)
+            for index, batch in enumerate(batch_list):
                 ids = batch["input_ids"] if isinstance(batch, dict) else batch
                 mask = batch.get("attention_mask") if isinstance(batch, dict) else None
                 fired.clear()
@@ -152,6 +155,8 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
                     model(ids, **extra)
                 tokens += int(ids.shape[0] * ids.shape[1]) if ids.dim() >= 2 else int(ids.numel())
                 first_batch[0] = False
+                if progress is not None:
+                    progress("calibration", index + 1, len(batch_list))
     finally:
         for h in handles:
             h.remove()

@@ -88,16 +88,19 @@ def inverse_hessian_factor(hessian: Any, damp: float = DEFAULT_DAMP, damp_growth
     if backend not in ("auto", "torch", "numpy"):
         raise ValueError(f"backend must be 'auto', 'torch' or 'numpy', got {backend!r}")
     h = np.asarray(as_numpy(hessian), dtype=np.float64)
-    mean = float(np.diag(h).mean())
+    diagonal = np.diag(h)[::-1].copy()
+    mean = float(diagonal.mean())
     if not mean > 0:
         raise HessianNotPositiveDefinite(f"mean(diag H) = {mean:.3g}: the Hessian carries no calibration signal")
-    flipped = np.ascontiguousarray(h[::-1, ::-1])
     use_torch = backend == "torch" or (backend == "auto" and importlib.util.find_spec("torch") is not None)
     factor = _torch_factor if use_torch else _numpy_factor
     d, tries = float(damp), 0
     while True:
         tries += 1
-        inv = factor(flipped, d * mean)
+        damped = np.ascontiguousarray(h[::-1, ::-1])  # J H J: one N x N copy per try, shifted in place
+        damped[np.diag_indices_from(damped)] = diagonal + d * mean
+        inv = factor(damped)
+        del damped
         if inv is not None and np.isfinite(inv).all():
             return np.ascontiguousarray(inv[::-1, ::-1]), d, tries
         if d >= max_damp:
@@ -106,20 +109,19 @@ def inverse_hessian_factor(hessian: Any, damp: float = DEFAULT_DAMP, damp_growth
         d = min(d * damp_growth, max_damp)
 
 
-def _torch_factor(h: np.ndarray, shift: float) -> np.ndarray | None:
-    """L^-1 for L = chol(h + shift I), or None when h + shift I is not positive definite."""
+def _torch_factor(a: np.ndarray) -> np.ndarray | None:
+    """L^-1 for L = chol(a), or None when a is not positive definite."""
     torch = require_torch("GPTQ")
-    t = torch.from_numpy(h)
-    eye = torch.eye(h.shape[0], dtype=torch.float64)
-    lower, info = torch.linalg.cholesky_ex(t + shift * eye)
+    lower, info = torch.linalg.cholesky_ex(torch.from_numpy(a))
     if int(info) != 0:
         return None
+    eye = torch.eye(a.shape[0], dtype=torch.float64)
     return np.asarray(torch.linalg.solve_triangular(lower, eye, upper=False).numpy())
 
 
-def _numpy_factor(h: np.ndarray, shift: float) -> np.ndarray | None:
+def _numpy_factor(a: np.ndarray) -> np.ndarray | None:
     try:
-        lower = np.linalg.cholesky(h + shift * np.eye(h.shape[0]))
+        lower = np.linalg.cholesky(a)
     except np.linalg.LinAlgError:
         return None
     return np.asarray(np.linalg.inv(lower))
@@ -186,13 +188,15 @@ def gptq_quantize(weight: Any, hessian: Any, scheme: str | Scheme, *, block_size
             grid.fit(k, w0[:, c0:c1])
     perm = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(n)
     try:
-        u, used, tries = inverse_hessian_factor(h[np.ix_(perm, perm)], damp, damp_growth, max_damp)
+        u, used, tries = inverse_hessian_factor(h[np.ix_(perm, perm)] if act_order else h, damp, damp_growth,
+                                                max_damp)
     except HessianNotPositiveDefinite as exc:
         return GPTQResult("failed", None, None, max_damp, -1, int(dead.sum()), time.perf_counter() - start,
                           str(exc), options)
     # the sweep runs in numpy: its many small updates are single-threaded there, without the
     # thread-pool synchronisation that torch pays on every small CPU op
     ut = u.astype(work_np)
+    del u, h
     wt = np.ascontiguousarray(w0.T[perm])  # row i: the i-th column swept (a copy)
     deq = np.empty((n, m), dtype=np.float32)
     fit_on_arrival = not upfront

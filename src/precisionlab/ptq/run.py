@@ -262,11 +262,15 @@ def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:
 
 
 def _captures(model: Any, names: Sequence[str], calibration: Sequence[Any], evaluation: Sequence[Any] | None,
-              meter: MemoryMeter, keep: int = 0, modules: Sequence[str] = (),
-              module_tokens: int = 512) -> tuple[Capture, Capture | None]:
+              meter: MemoryMeter, keep: int = 0, modules: Sequence[str] = (), module_tokens: int = 512,
+              progress: Progress | None = None) -> tuple[Capture, Capture | None]:
     with meter.section():
-        cal = capture(model, names, calibration, keep=keep, modules=modules, module_tokens=module_tokens)
-        ev = capture(model, names, evaluation, keep=keep) if evaluation else None
+        cal = capture(model, names, calibration, keep=keep, modules=modules, module_tokens=module_tokens,
+                      progress=progress)
+        ev = None
+        if evaluation:
+            ev = capture(model, names, evaluation, keep=keep,
+                         progress=None if progress is None else lambda _s, d, t: progress("evaluation", d, t))
     check_tokens(cal.stats)
     return cal, ev
 
@@ -302,7 +306,7 @@ def _tick(progress: Progress | None, step: str, done: int, total: int) -> None:
 def _weight_only(model: Any, method: str, scheme: str, names: Sequence[str], calibration: Sequence[Any],
                  evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
                  progress: Progress | None) -> PTQResult:
-    cal, ev = _captures(model, names, calibration, evaluation, meter)
+    cal, ev = _captures(model, names, calibration, evaluation, meter, progress=progress)
     weights = _weights(model, names)
     result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
     for i, n in enumerate(names):
@@ -344,7 +348,7 @@ def _awq(model: Any, method: str, scheme: str, names: Sequence[str], calibration
     inspect = [g.inspect for g in groups
                if opts["objective"] == "block" and not isinstance(modules[g.inspect], torch.nn.Linear)]
     cal, ev = _captures(model, names, calibration, evaluation, meter, modules=inspect,
-                        module_tokens=int(opts["module_tokens"]))
+                        module_tokens=int(opts["module_tokens"]), progress=progress)
     weights = _weights(model, names)
     result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
     col: dict[str, np.ndarray] = {}
@@ -457,7 +461,7 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
     # folded into the preceding norm only (the paper's recipe): a previous linear's rows scaled by 1/s
     # would change that linear's own 8-bit grid, which per-tensor weight scales punish
     groups = [g for g in scale_groups(model, names) if not hasattr(modules[g.prev], "out_features")]
-    cal, ev = _captures(model, names, calibration, evaluation, meter, keep=int(opts["samples"]))
+    cal, ev = _captures(model, names, calibration, evaluation, meter, keep=int(opts["samples"]), progress=progress)
     weights = _weights(model, names)
     result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
     col: dict[str, np.ndarray] = {}
@@ -511,7 +515,7 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
 def _llm_int8(model: Any, method: str, scheme: str, names: Sequence[str], calibration: Sequence[Any],
               evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
               progress: Progress | None) -> PTQResult:
-    cal, ev = _captures(model, names, calibration, evaluation, meter, keep=int(opts["samples"]))
+    cal, ev = _captures(model, names, calibration, evaluation, meter, keep=int(opts["samples"]), progress=progress)
     weights = _weights(model, names)
     result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
     threshold = float(opts["threshold"])
