@@ -233,7 +233,8 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
         np.copyto(out, no_code, where=negative)
         sign[...] = 0
     elif not fmt.has_negative_zero:
-        sign[out == 0] = 0
+        # A NaN whose payload carried into the sign bit reads as -0 here; it keeps its sign.
+        sign[(out == 0) & ~is_nan] = 0
 
     if is_nan.any():
         if fmt.has_nan:
