@@ -45,8 +45,9 @@ def test_kv_bytes_with_scales_by_hand() -> None:
     vectors = 16 * 32
     assert kv_bytes_per_token(LLAMA3_8B, "fp8") == vectors * 128  # 1 byte each, per-tensor scales only
     assert kv_bytes_per_token(LLAMA3_8B, "int8") == vectors * (128 + 2 * 2)  # two g64 groups, fp16 scale
-    assert kv_bytes_per_token(LLAMA3_8B, "int4") == vectors * (64 + 2 * 4)  # two groups, fp16 scale + zero
-    assert kv_bytes_per_token(LLAMA3_8B, "kivi2") == vectors * (32 + 4 * 4)  # four g32 groups, scale + zero
+    # two g64 groups, each an fp16 scale (2 bytes) and a 4-bit zero point (half a byte)
+    assert kv_bytes_per_token(LLAMA3_8B, "int4") == vectors * (64 + 2 * (2 + 4 / 8))
+    assert kv_bytes_per_token(LLAMA3_8B, "kivi2") == vectors * (32 + 4 * 4)  # four g32 groups, fp16 scale + fp16 min
     # KIVI keeps the newest 128 tokens in fp16
     assert kv_bytes_per_sequence(LLAMA3_8B, "kivi2", 8192) == 128 * 131072 + (8192 - 128) * vectors * 48
     assert kv_bytes_per_sequence(LLAMA3_8B, "kivi2", 100) == 100 * 131072
@@ -168,8 +169,27 @@ def test_bad_reserve() -> None:
 def test_weight_bytes_with_scales_by_hand() -> None:
     p = LLAMA3_8B.params()
     kept = p.embedding + p.lm_head + p.small
-    assert weight_bytes(LLAMA3_8B, "int4") == p.linear * (4 + 32 / 128) / 8 + kept * 2
+    assert weight_bytes(LLAMA3_8B, "int4") == p.linear * (4 + (16 + 4) / 128) / 8 + kept * 2  # fp16 scale, 4-bit zero
+    assert weight_bytes(LLAMA3_8B, "int8") == p.linear * (8 + 16 / 128) / 8 + kept * 2
     assert weight_bytes(LLAMA3_8B, "fp8") == p.linear * (8 + 32 / (128 * 128)) / 8 + kept * 2
+
+
+def test_capacity_counts_bytes_with_the_quant_byte_model() -> None:
+    # one byte model: the bits capacity charges per weight / cached value are what `quant` stores for the same
+    # scheme string (quantizing real data here), including sub-byte zero points
+    import numpy as np
+
+    from precisionlab.capacity.schemes import KV_SCHEMES, WEIGHT_SCHEMES
+    from precisionlab.quant import quantize
+
+    x = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    for scheme in (*WEIGHT_SCHEMES.values(), *KV_SCHEMES.values()):
+        if scheme.quant is None or scheme.per_tensor:
+            continue
+        q = quantize(x, scheme.storage)
+        extra = 0 if scheme.float_zero_format is None else 16 / scheme.group  # KIVI's fp16 minimum
+        assert scheme.bits_per_value == pytest.approx(q.bits_per_element + extra, rel=1e-12), scheme.name
+    assert WEIGHT_SCHEMES["int4"].bits_per_value == 4 + (16 + 4) / 128
 
 
 # ---- decode, prefill, MoE ---------------------------------------------------------------------------------
@@ -302,11 +322,12 @@ def test_prefill_by_hand() -> None:
 
 
 def test_crossover_with_quantized_weights_by_hand() -> None:
-    # int4 g128 weights: linears at 4 + 32/128 bits, embedding + lm_head + norms at 16 bits
+    # int4 g128 weights: linears at 4 + (16 + 4)/128 bits (fp16 scale, 4-bit zero point), embedding + lm_head
+    # + norms at 16 bits
     h, layers = 4096, 32
     linear = layers * (2 * h * h + 2 * h * 1024 + 3 * h * 14336)
     kept = LLAMA3_8B_PARAMS - linear
-    weights = linear * 4.25 / 8 + kept * 2
+    weights = linear * (4 + 20 / 128) / 8 + kept * 2
     assert weight_bytes(LLAMA3_8B, "int4") == pytest.approx(weights, rel=1e-12)
     # fp8 cache: 65536 bytes per token; crossover = first L with L * 65536 > weights
     assert cache_exceeds_weights_context(LLAMA3_8B, "int4", "fp8", 1) == math.floor(weights / 65536) + 1

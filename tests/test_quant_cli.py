@@ -58,7 +58,8 @@ def test_compare_npy_and_safetensors(run_cli, tmp_path: Path) -> None:  # type: 
     assert f["compare.w.mxfp4.bits_per_element"] == 4.25
     assert f["compare.w.int8:row.sqnr_db"] > f["compare.w.nvfp4.sqnr_db"] > f["compare.w.mxfp4.sqnr_db"] - 3
     bits = (w.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation
-    write_safetensors(tmp_path / "m.safetensors", {"layer.w": ("BF16", bits), "ids": ("I32", np.arange(4))})
+    ids = np.arange(4, dtype=np.int32)
+    write_safetensors(tmp_path / "m.safetensors", {"layer.w": ("BF16", bits), "ids": ("I32", ids)})
     out = tmp_path / "out"
     data = _json(run_cli("quant", "compare", str(tmp_path / "m.safetensors"), "-s", "int4:g128", "--json",
                          "--out", str(out)))
@@ -67,14 +68,17 @@ def test_compare_npy_and_safetensors(run_cli, tmp_path: Path) -> None:  # type: 
     assert (out / "quant_compare.json").exists() and (out / "quant_compare_error_vs_bits.png").exists()
 
 
+BAD_HEADER = "not a valid safetensors file (Error while deserializing header: invalid JSON"
+
+
 @pytest.mark.parametrize(("make", "fragment"), [
     (lambda p: p.write_text("hello"), "read .npy or .safetensors"),
-    (lambda p: p.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{bad}"), "corrupt safetensors header"),
+    (lambda p: p.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{bad}"), BAD_HEADER),
     (lambda p: np.save(p, np.arange(5)), "needs a float array"),
     (lambda p: np.save(p, np.array([1.0, np.nan], dtype=np.float32)), "NaN/inf"),
 ])
 def test_compare_bad_input_exits_2(run_cli, tmp_path: Path, make, fragment: str) -> None:  # type: ignore[no-untyped-def]
-    name = "x.txt" if "read .npy" in fragment else ("x.safetensors" if "corrupt" in fragment else "x.npy")
+    name = "x.txt" if "read .npy" in fragment else ("x.safetensors" if "safetensors file" in fragment else "x.npy")
     path = tmp_path / name
     make(path)
     out = tmp_path / "out"
@@ -131,7 +135,8 @@ def test_save_writes_a_tagged_file(run_cli, tmp_path: Path) -> None:  # type: ig
     src = tmp_path / "m.safetensors"
     ml_dtypes = pytest.importorskip("ml_dtypes")
     fp8 = w[:8, :32].astype(ml_dtypes.float8_e4m3fn)
-    write_safetensors(src, {"model.layers.0.w": ("BF16", bits), "bias": ("F32", w[0]), "ids": ("I32", np.arange(3)),
+    ids = np.arange(3, dtype=np.int32)
+    write_safetensors(src, {"model.layers.0.w": ("BF16", bits), "bias": ("F32", w[0]), "ids": ("I32", ids),
                             "fp8.w": ("F8_E4M3", fp8.view(np.uint8))})
     data = _json(run_cli("quant", "save", str(src), "-s", "e4m3:block8x32", "-o", str(tmp_path / "q.safetensors"),
                          "--json"))

@@ -6,6 +6,7 @@
     codes = pl.encode(x, "e2m1")        # uint8 codes
     pl.decode(codes, "e2m1")
     q = pl.quantize(w, "int4:g128")     # q.dequantize(), q.nbytes (scales included), q.scheme
+    ckpt = pl.read_checkpoint(path)     # GGUF / GPTQ / AWQ / compressed-tensors / bnb / fp8, lazily
 
 Importing precisionlab never imports torch, triton, matplotlib or rich.
 """
@@ -15,6 +16,16 @@ from precisionlab.quant import QuantizedTensor, Scheme, parse_scheme, quantize
 from precisionlab.rounding import NanPolicy, Rounding, decode, encode, neighbours, round_to, ulp
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """Lazy exports: `read_checkpoint` imports the interop readers only when first used."""
+    if name == "read_checkpoint":
+        from precisionlab.interop.checkpoint import read_checkpoint
+
+        return read_checkpoint
+    raise AttributeError(f"module 'precisionlab' has no attribute {name!r}")
+
 
 __all__ = [
     "Encoding",
@@ -32,6 +43,7 @@ __all__ = [
     "neighbours",
     "parse_scheme",
     "quantize",
+    "read_checkpoint",
     "round_to",
     "ulp",
 ]

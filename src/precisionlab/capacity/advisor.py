@@ -89,8 +89,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         scenario="serve", title="Serving {model} on one {gpu}",
         recommend="int4 weight-only (g{int4_group} scales, W4A16, GPTQ/AWQ) with bf16 math and an fp8 KV cache",
-        range="weights need little range: one fp16 scale and zero point per {int4_group} weights map each "
-              "group's [min, max] onto {levels} levels ({int4_bits:.3g} bits per weight with scale and zero point)",
+        range="weights need little range: an fp16 scale and a {int4_zero_bits}-bit zero point per {int4_group} "
+              "weights map each group's [min, max] onto {levels} levels ({int4_bits:.4g} bits per weight with "
+              "scale and zero point)",
         precision="a step of (max − min)/{steps} per group: worst rounding error {int4_rel:.3g} of max|w| for a "
                   "group spanning ±max|w|, against bf16's {u[bf16]:.3g} relative",
         throughput="single-sequence decode runs at {intensity:.2g} FLOP/byte against a ridge of {ridge:.0f}: bandwidth-"

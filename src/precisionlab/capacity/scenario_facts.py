@@ -107,6 +107,7 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
         "format": "int4 (W4A16, g128)",
         "model": model.name, "gpu": acc.name, "ctx": ctx, "int4_group": int4.group,
         "levels": levels, "steps": levels - 1, "int4_rel": 1 / (levels - 1), "int4_bits": int4.bits_per_value,
+        "int4_zero_bits": int4_format.bits,  # quant stores the zero point at the element's width (GPTQ / AWQ)
         "w_bf16": weight_bytes(model, "bf16") / GB, "w_int4": weight_bytes(model, "int4") / GB,
         "gpu_mem": acc.memory_gb,
         "intensity": one_bf16.roof.intensity, "ridge": one_bf16.roof.ridge,

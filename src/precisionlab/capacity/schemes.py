@@ -1,23 +1,29 @@
-"""Storage schemes for weights and the KV cache, with their scale bytes counted.
+"""Storage schemes for weights and the KV cache, with their scale bytes counted by quant's byte model.
 
-A scheme stores values in a registered format (its width comes from
-`precisionlab.get_format(...).bits`) plus, per group of `group` consecutive values, one
-scale and optionally one zero point in a stated format. Bits per value:
+A scheme is either a 16-bit format with no scales (bf16, fp16) or a `precisionlab.quant` scheme string,
+and its bytes are `precisionlab.quant.stored_bytes` of that scheme: packed codes (a ragged last group
+padded and counted), one scale per group in the scale format, integer zero points at the element's
+width. So `capacity` and `quant` count the same bytes. Bits per value:
 
-    bits = value_bits + (scale_bits + zero_bits) / group
+    weights   bits_per_element(scheme, (8 R, C))   for R x C blocks (groups: R = 1), amortised over 8
+                                                   blocks so that sub-byte zero points fill whole bytes
+    KV        bits of one cached vector of `length` values = 8 * stored_bytes(scheme, (8, length)) / 8
 
 Assumptions (the usual published choices):
   KV fp16/bf16  : no scales.
   KV fp8        : e4m3 with one fp32 scale per layer for K and one for V (vLLM's per-tensor
-                  k_scale / v_scale): a fixed 8 bytes per layer, nothing per token.
-  KV int8       : symmetric, groups of 64 values along the head dimension, fp16 scale.
-  KV int4       : asymmetric, groups of 64, fp16 scale + fp16 zero point.
-  KV kivi2      : 2-bit asymmetric KIVI (arXiv:2402.02750): keys per channel over 32-token groups,
-                  values per token in 32-value groups, fp16 scale + zero each; the most recent 128
-                  tokens stay in fp16 (KIVI's residual window). Both amortise to 32 bits per 32 values.
-  weights bf16  : no scales.       fp8 : e4m3, 128x128 blocks, fp32 scale (DeepSeek-V3's recipe).
-  weights int8  : symmetric, groups of 128 input channels, fp16 scale.
-  weights int4  : asymmetric, groups of 128, fp16 scale + fp16 zero (GPTQ/AWQ's g128).
+                  k_scale / v_scale; quant's per-tensor `e4m3`): a fixed 8 bytes per layer, nothing per token.
+  KV int8       : `int8:g64`, symmetric groups of 64 values along the head dimension, fp16 scale (8.25 bits).
+  KV int4       : `int4:g64:asym`, groups of 64, fp16 scale + a 4-bit integer zero point (4.3125 bits).
+  KV kivi2      : 2-bit KIVI (arXiv:2402.02750): keys per channel over 32-token groups, values per token in
+                  32-value groups; `int2:g32` codes and fp16 scales plus KIVI's per-group fp16 minimum (its
+                  zero point is a float, which quant's integer zero points do not model: counted on top, 16
+                  bits per group), so 2 + 16/32 + 16/32 = 3 bits; the most recent 128 tokens stay in fp16
+                  (KIVI's residual window).
+  weights bf16  : no scales.       fp8 : `e4m3:block128x128`, fp32 scale (DeepSeek-V3's recipe).
+  weights int8  : `int8:g128`, symmetric groups of 128 input channels, fp16 scale (8.125 bits).
+  weights int4  : `int4:g128:asym`, fp16 scale + 4-bit zero point per 128 (GPTQ / AWQ's g128 layout:
+                  qzeros hold 4-bit zero points, eight to an int32): 4 + 20/128 = 4.15625 bits.
 Weight scales are amortised (params / group); KV groups are counted per cached vector,
 rounding up, so a head size that the group does not divide pays for the partial group.
 """
@@ -25,72 +31,118 @@ rounding up, so a head size that the group does not divide pays for the partial 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from precisionlab.capacity.models import ModelShape, ceil_div
 from precisionlab.formats import get_format
+from precisionlab.quant import Granularity, bits_per_element, parse_scheme, stored_bytes
+from precisionlab.quant import Scheme as QuantScheme
+
+AMORTISE_BLOCKS = 8
+"""Blocks (or cached vectors) a bit count is taken over: 8 of them hold whole bytes of any sub-byte part."""
 
 
 @dataclass(frozen=True)
 class Scheme:
-    """Values in `value_format`; one `scale_format` scale (and zero point if `zero_point`) per `group` values.
+    """How one stored value is kept: `storage` is a 16-bit format name (no scales) or a quant scheme string.
 
-    group 0 means no per-group scale. `recent_window` (KV only): newest tokens kept in fp16.
-    `fixed_scale_bytes_per_layer` (KV only): per-tensor scales, independent of tokens.
+    `recent_window` (KV only): newest tokens kept in fp16. `float_zero_format` (KIVI): a per-group zero point
+    stored as a float of that format rather than as quant's integer zero point (counted on top of the scheme).
     """
 
     name: str
-    value_format: str
-    group: int = 0
-    scale_format: str = "fp16"
-    zero_point: bool = False
+    storage: str
     recent_window: int = 0
-    fixed_scale_bytes_per_layer: int = 0
+    float_zero_format: str | None = None
     note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.quant is None and get_format(self.storage).bits != 16:  # get_format names an unknown format
+            raise ValueError(f"capacity scheme {self.name!r}: {self.storage} is neither a 16-bit format nor a "
+                             "quantization scheme")
+
+    @cached_property
+    def quant(self) -> QuantScheme | None:
+        """The quant scheme, or None for a plain 16-bit format (bf16 and fp16 are not quant elements)."""
+        try:
+            return parse_scheme(self.storage)
+        except ValueError:
+            return None
+
+    @property
+    def value_format(self) -> str:
+        return self.storage if self.quant is None else self.quant.element
 
     @property
     def value_bits(self) -> int:
         return get_format(self.value_format).bits
 
     @property
-    def group_overhead_bits(self) -> int:
-        """Scale (and zero point) bits paid once per group."""
-        if not self.group:
+    def group(self) -> int:
+        """Values sharing one scale (R x C for 2-D blocks); 0 for no scales or one scale per tensor."""
+        q = self.quant
+        if q is None or self.per_tensor:
             return 0
-        return get_format(self.scale_format).bits * (2 if self.zero_point else 1)
+        return q.group * q.block_rows
+
+    @property
+    def per_tensor(self) -> bool:
+        """One scale per K / V tensor of a layer, not per group of values."""
+        return self.quant is not None and self.quant.granularity is Granularity.TENSOR
+
+    @property
+    def _float_zero_bits(self) -> int:
+        return 0 if self.float_zero_format is None else get_format(self.float_zero_format).bits
 
     @property
     def bits_per_value(self) -> float:
-        """value bits + group overhead / group (amortised)."""
-        return self.value_bits + (self.group_overhead_bits / self.group if self.group else 0.0)
+        """Amortised bits per value: quant's bytes of AMORTISE_BLOCKS blocks (per-tensor scales left out)."""
+        q = self.quant
+        if q is None:
+            return float(self.value_bits)
+        if self.per_tensor:
+            return float(self.value_bits)
+        rows = q.block_rows if q.granularity is Granularity.BLOCK else 1
+        shape = (AMORTISE_BLOCKS * rows, q.group)
+        return bits_per_element(q, shape) + self._float_zero_bits / self.group
 
-    def vector_bits(self, length: int) -> int:
-        """Bits to store one vector of `length` values, partial groups paid in full."""
+    def vector_bits(self, length: int) -> float:
+        """Bits to store one cached vector of `length` values, a partial group paid in full (with its
+        padding, as quant stores it); per-tensor scales are counted per layer (`fixed_scale_bytes_per_layer`)."""
+        q = self.quant
+        if q is None:
+            return float(length * self.value_bits)
+        parts = stored_bytes(q, (AMORTISE_BLOCKS, length))
+        if self.per_tensor:
+            parts = {**parts, "scales": 0, "tensor_scale": 0}
         groups = ceil_div(length, self.group) if self.group else 0
-        return length * self.value_bits + groups * self.group_overhead_bits
+        return 8 * sum(parts.values()) / AMORTISE_BLOCKS + groups * self._float_zero_bits
 
-
-def _fixed_fp8_scales() -> int:
-    return 2 * get_format("fp32").bits // 8
+    @property
+    def fixed_scale_bytes_per_layer(self) -> int:
+        """Per-tensor scales: one for K and one for V per layer, whatever the tokens."""
+        if not self.per_tensor:
+            return 0
+        assert self.quant is not None
+        return 2 * stored_bytes(self.quant, (1, 1))["scales"]
 
 
 KV_SCHEMES: dict[str, Scheme] = {
     "fp16": Scheme("fp16", "fp16", note="16-bit, no scales (bf16 has the same bytes)"),
     "bf16": Scheme("bf16", "bf16", note="16-bit, no scales"),
-    "fp8": Scheme("fp8", "e4m3", fixed_scale_bytes_per_layer=_fixed_fp8_scales(),
-                  note="e4m3, per-tensor fp32 scale for K and for V in each layer"),
-    "int8": Scheme("int8", "int8", group=64, note="symmetric, g64 along head dim, fp16 scale"),
-    "int4": Scheme("int4", "int4", group=64, zero_point=True, note="asymmetric, g64, fp16 scale + zero"),
-    "kivi2": Scheme("kivi2", "int2", group=32, zero_point=True, recent_window=128,
-                    note="2-bit KIVI: g32 fp16 scale + zero; newest 128 tokens in fp16"),
+    "fp8": Scheme("fp8", "e4m3", note="e4m3, per-tensor fp32 scale for K and for V in each layer"),
+    "int8": Scheme("int8", "int8:g64", note="symmetric, g64 along head dim, fp16 scale"),
+    "int4": Scheme("int4", "int4:g64:asym", note="asymmetric, g64, fp16 scale + 4-bit zero point"),
+    "kivi2": Scheme("kivi2", "int2:g32", recent_window=128, float_zero_format="fp16",
+                    note="2-bit KIVI: g32 fp16 scale + fp16 minimum; newest 128 tokens in fp16"),
 }
 
 WEIGHT_SCHEMES: dict[str, Scheme] = {
     "bf16": Scheme("bf16", "bf16", note="16-bit, no scales"),
     "fp16": Scheme("fp16", "fp16", note="16-bit, no scales"),
-    "fp8": Scheme("fp8", "e4m3", group=128 * 128, scale_format="fp32",
-                  note="e4m3, 128x128 blocks, fp32 scale"),
-    "int8": Scheme("int8", "int8", group=128, note="symmetric, g128, fp16 scale"),
-    "int4": Scheme("int4", "int4", group=128, zero_point=True, note="asymmetric, g128, fp16 scale + zero"),
+    "fp8": Scheme("fp8", "e4m3:block128x128", note="e4m3, 128x128 blocks, fp32 scale"),
+    "int8": Scheme("int8", "int8:g128", note="symmetric, g128, fp16 scale"),
+    "int4": Scheme("int4", "int4:g128:asym", note="asymmetric, g128, fp16 scale + 4-bit zero point (GPTQ/AWQ)"),
 }
 
 # The formats a table shows by default (bf16 KV has fp16's bytes, so it is listed once).
@@ -116,7 +168,7 @@ def weight_scheme(name: str | Scheme) -> Scheme:
 
 # ---- KV cache -------------------------------------------------------------------------------------------
 
-def kv_bits_per_token_per_layer(model: ModelShape, scheme: str | Scheme) -> int:
+def kv_bits_per_token_per_layer(model: ModelShape, scheme: str | Scheme) -> float:
     """Bits one token adds to one layer's cache: every cached vector, scale groups included."""
     s = kv_scheme(scheme)
     return sum(count * s.vector_bits(length) for count, length in model.cache_vectors())

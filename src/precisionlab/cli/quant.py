@@ -8,11 +8,39 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import click
 
 from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress_bar
+
+
+@contextlib.contextmanager
+def _one_line_messages() -> Iterator[None]:
+    """A missing optional package is one `error:` line (exit 2); a QuantizationWarning is one `warning:` line
+    on stderr (Python's default would print the warning's source line after it)."""
+    from precisionlab.quant import QuantizationWarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+             line: str | None = None) -> None:
+        if issubclass(category, QuantizationWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    original = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise click.exceptions.Exit(2) from None
+    finally:
+        warnings.showwarning = original
 
 
 @click.group("quant")
@@ -53,13 +81,14 @@ def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
                    "mxfp4, nvfp4, dsv3_weight).")
 @lab_output_options
 def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path | None) -> None:
-    """Every scheme on every float tensor of FILE (.npy or .safetensors, memory-mapped; bf16 included)."""
+    """Every scheme on every float tensor of FILE (.npy or .safetensors, one tensor at a time; bf16 included)."""
     from precisionlab.labs import quant_compare
 
     chosen = list(quant_compare.split_schemes(schemes)) or list(quant_compare.DEFAULT_SCHEMES)
-    total = quant_compare.progress_total(file, chosen)
-    with progress_bar(total, "quantizing") as advance:
-        result = quant_compare.compare(file, chosen, progress=advance)
+    with _one_line_messages():
+        total = quant_compare.progress_total(file, chosen)
+        with progress_bar(total, "quantizing") as advance:
+            result = quant_compare.compare(file, chosen, progress=advance)
     emit(result, as_json, out_dir)
 
 
@@ -73,7 +102,8 @@ def save(file: Path, scheme: str, output: Path, as_json: bool, out_dir: Path | N
     """Quantize every float tensor of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file."""
     from precisionlab.labs import quant_compare
 
-    total = len(quant_compare.iter_tensors(file)[0])
-    with progress_bar(total, "quantizing") as advance:
-        result = quant_compare.quantize_file(file, scheme, output, progress=advance)
+    with _one_line_messages():
+        total = len(quant_compare.iter_tensors(file)[0])
+        with progress_bar(total, "quantizing") as advance:
+            result = quant_compare.quantize_file(file, scheme, output, progress=advance)
     emit(result, as_json, out_dir)

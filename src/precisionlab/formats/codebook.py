@@ -2,16 +2,21 @@
 
 NF4 (NormalFloat4, QLoRA, Dettmers et al. 2023) puts its 16 values at quantiles of the
 standard normal distribution, so that weights that are normally distributed and scaled
-by their block's absmax use every code about equally often. Following bitsandbytes'
-`create_normal_map(offset=0.9677083, use_extra_value=True)`:
+by their block's absmax use every code about equally often. The table is bitsandbytes'
+float32 table bit for bit: its constants (`get_4bit_type("nf4")` in bitsandbytes/functional.py)
+come from `create_normal_map(offset=0.9677083, use_extra_value=True)`, and this module repeats
+that computation with its roundings:
 
-    positive[i] = Phi^-1(p_i),   p = linspace(offset, 1/2, 9)[:-1]     (8 values)
-    negative[i] = -Phi^-1(q_i),  q = linspace(offset, 1/2, 8)[:-1]     (7 values)
-    values      = sort(positive + [0] + negative) / max|.|              (16 values, in [-1, 1])
+    p = linspace32(offset, 1/2, 9)[:-1],  q = linspace32(offset, 1/2, 8)[:-1]     (float32 points)
+    positive = fp32(Phi^-1(p)) (8 values),  negative = fp32(-Phi^-1(q)) (7 values)  (float64 quantiles)
+    values   = sort(positive + [0] + negative) / max(values)                          (float32 division)
 
-The asymmetry (8 positive, 7 negative, one exact zero) spends all 16 codes while keeping
-zero exact. The values are computed here, not typed in; they are rounded to float32 as
-bitsandbytes stores them.
+where linspace32 is torch.linspace in float32 (step = fp32((end - start) / (n - 1)); the first
+n // 2 points start + i * step, the others end - (n - 1 - i) * step, each operation rounded to
+float32). Computing the same quantiles exactly and rounding once gives a table up to 6 float32
+ulps away from bitsandbytes' (its fp32 linspace moves the quantile points), so NF4 codes would
+decode to other values than bitsandbytes' kernels. The asymmetry (8 positive, 7 negative, one
+exact zero) spends all 16 codes while keeping zero exact.
 """
 
 from __future__ import annotations
@@ -28,19 +33,22 @@ NF4_OFFSET = 0.9677083
 """bitsandbytes' quantile offset: the midpoint between the 1 - 1/(2*15) and 1 - 1/(2*16) quantiles."""
 
 
-def _linspace(start: float, stop: float, count: int) -> list[float]:
-    step = (stop - start) / (count - 1)
-    return [start + i * step for i in range(count)]
+def linspace32(start: float, stop: float, count: int) -> list[np.float32]:
+    """torch.linspace(start, stop, count) in float32, as torch's CPU kernel computes it (see the docstring)."""
+    first, last = np.float32(start), np.float32(stop)
+    step = np.float32((last - first) / np.float32(count - 1))
+    return [first + step * np.float32(i) if i < count // 2 else last - step * np.float32(count - 1 - i)
+            for i in range(count)]
 
 
 def normal_float_values(offset: float = NF4_OFFSET) -> tuple[float, ...]:
-    """The 16 NF4 values (float32-rounded, ascending), from normal quantiles."""
+    """The 16 NF4 values (float32, ascending), computed as bitsandbytes computes its table."""
     phi_inv = NormalDist().inv_cdf
-    positive = [phi_inv(p) for p in _linspace(offset, 0.5, 9)[:-1]]
-    negative = [-phi_inv(p) for p in _linspace(offset, 0.5, 8)[:-1]]
-    values = sorted([*positive, 0.0, *negative])
-    top = max(abs(v) for v in values)
-    return tuple(float(np.float32(v / top)) for v in values)
+    positive = [np.float32(phi_inv(float(p))) for p in linspace32(offset, 0.5, 9)[:-1]]
+    negative = [np.float32(-phi_inv(float(p))) for p in linspace32(offset, 0.5, 8)[:-1]]
+    values = np.sort(np.array([*positive, 0.0, *negative], dtype=np.float32))
+    values = values / values.max()  # float32 / float32
+    return tuple(float(v) for v in values)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`quant compare`: every scheme on every float tensor of a user's .npy or .safetensors file.
 
-Not a registered lab (it needs a file). Tensors are memory-mapped and processed one at a
+Not a registered lab (it needs a file). Tensors are read (.npy: memory-mapped) and processed one at a
 time; bf16 and fp8 tensors are decoded exactly to float32; integer tensors are skipped
 (and listed). Non-finite values are refused with an error that names the tensor, since
 no integer scheme can store them. Per tensor and scheme: relative error, SQNR (dB), max
@@ -9,13 +9,15 @@ error, fraction clipped, bytes and bits per element (see `precisionlab.quant.met
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
-from precisionlab.quant import error_metrics, parse_scheme, quantize
+from precisionlab.quant import QuantizationWarning, QuantizedTensor, error_metrics, parse_scheme, quantize
+from precisionlab.quant.diagnostics import CLIPPED_WARN_FRACTION, FLOORED_WARN_FRACTION, warning_messages
 from precisionlab.quant.safetensors_io import TAG_KEY, read_safetensors
 from precisionlab.quant.scheme import Granularity
 
@@ -56,7 +58,7 @@ def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], 
             raise ValueError(f"{path}: holds quantized tensors (precisionlab tag); source tensors are needed")
         tensors, skipped = [], []
         for name, entry in entries.items():
-            if entry.dtype in SOURCE_DTYPES and entry.raw.size:
+            if entry.dtype in SOURCE_DTYPES and entry.size:
                 tensors.append((name, entry.to_float32, SOURCE_DTYPES[entry.dtype]))
             else:
                 skipped.append(name)
@@ -64,6 +66,19 @@ def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], 
             raise ValueError(f"{path}: no non-empty float tensors to quantize")
         return tensors, skipped
     raise ValueError(f"quant compare and save read .npy or .safetensors files, got {path.name!r}")
+
+
+def quantize_named(name: str, arr: np.ndarray, scheme: str) -> QuantizedTensor:
+    """quantize(arr, scheme), its QuantizationWarnings warned again with the tensor's name in front."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", QuantizationWarning)
+        q = quantize(arr, scheme)
+    for record in caught:
+        if issubclass(record.category, QuantizationWarning):
+            warnings.warn(f"tensor {name!r}: {record.message}", QuantizationWarning, stacklevel=3)
+        else:
+            warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
+    return q
 
 
 def _applicable(scheme: str, ndim: int) -> bool:
@@ -76,6 +91,7 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
     rows: list[list[Scalar]] = []
     findings: dict[str, Scalar] = {}
     points: dict[str, tuple[list[float], list[float]]] = {s: ([], []) for s in parsed}
+    warned: list[str] = []
     for name, load, _ in tensors:
         arr = load()
         bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
@@ -86,30 +102,39 @@ def compare(path: Path, schemes: list[str], progress: Progress | None = None) ->
             if progress is not None:
                 progress(f"{name}: {scheme}")
             if not _applicable(scheme, arr.ndim):
-                rows.append([name, str(tuple(arr.shape)), scheme, None, None, None, None, None, None, None])
+                rows.append([name, str(tuple(arr.shape)), scheme, *[None] * 8])
                 continue
-            q = quantize(arr, scheme)
+            q = quantize_named(name, arr, scheme)
             m = error_metrics(arr, q)
+            floored = q.diagnostics.floored_fraction if q.diagnostics is not None else None
             rows.append([name, str(tuple(arr.shape)), scheme, m.rel_err, m.sqnr_db, m.max_err, m.frac_clipped,
-                         q.nbytes, q.bits_per_element, q.padded_elements])
+                         floored, q.nbytes, q.bits_per_element, q.padded_elements])
             key = f"compare.{name}.{scheme}"
             findings[f"{key}.rel_err"] = m.rel_err
             findings[f"{key}.sqnr_db"] = m.sqnr_db
             findings[f"{key}.bits_per_element"] = q.bits_per_element
+            findings[f"{key}.frac_clipped"] = m.frac_clipped
+            findings[f"{key}.frac_floored"] = floored
+            if q.diagnostics is not None:
+                warned.extend(f"tensor {name!r}: {line}" for line in warning_messages(q.diagnostics, q.scheme))
             points[scheme][0].append(q.bits_per_element)
             points[scheme][1].append(m.rel_err)
     note = ("rel err = ||x_hat - x|| / ||x||; SQNR = 10 log10(sum x^2 / sum err^2); clipped = share of elements "
             "that saturated (beyond their block's largest value, or asym range, by more than half the top step); "
+            "floored = share of blocks whose scale sits at its format's floor, above what the block needs; "
             "bytes include scales, zero points, padding, outlier rows and tensor scales; padded = zeros added to fill "
             "the last group of each row (stored and counted in the bytes). Empty cells: a 2-D block scheme on a "
             "1-D tensor.")
     if skipped:
         note += f" Skipped integer tensors: {', '.join(skipped)}."
+    if warned:
+        note += f" Warnings (more than {CLIPPED_WARN_FRACTION:.1%} clipped or {FLOORED_WARN_FRACTION:.0%} floored): " \
+            + " | ".join(warned)
     table = Table(key="compare", title=f"Schemes on {path.name}",
-                  columns=["tensor", "shape", "scheme", "rel err", "SQNR dB", "max err", "clipped", "bytes",
-                           "bits/elem", "padded"],
+                  columns=["tensor", "shape", "scheme", "rel err", "SQNR dB", "max err", "clipped", "floored",
+                           "bytes", "bits/elem", "padded"],
                   rows=rows, note=note,
-                  formats={"rel err": ".4g", "SQNR dB": ".2f", "max err": ".4g", "clipped": ".3g",
+                  formats={"rel err": ".4g", "SQNR dB": ".2f", "max err": ".4g", "clipped": ".3g", "floored": ".3g",
                            "bits/elem": ".4g"})
     figure = Figure(key="error_vs_bits", title=f"Error against bits per element: {path.name}",
                     xlabel="bits per element (scales included)", ylabel="relative error",
@@ -160,7 +185,7 @@ def quantize_file(path: Path, scheme: str, out: Path, progress: Progress | None 
         if not _applicable(parsed, arr.ndim):
             skipped.append(name)
             continue
-        q = quantize(arr, parsed)
+        q = quantize_named(name, arr, parsed)
         q.dtype = source_dtype  # the file's dtype (bf16 / fp16 / fp8 are widened exactly to quantize)
         quantized[name] = q
         rows.append([name, str(tuple(arr.shape)), source_dtype, q.nbytes, q.bits_per_element, q.padded_elements])

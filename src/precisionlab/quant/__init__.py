@@ -4,6 +4,7 @@
     q = quantize(w, "int4:g128")        # or "int8:row:asym", "mxfp4:rceil", "nvfp4", "dsv3_weight"
     w_hat = q.dequantize()
     q.nbytes, q.bits_per_element, q.codes, q.scales, q.scheme
+    bits_per_element("int4:g128:asym", (4096, 4096))   # the same byte model, without data
 
 Modules, one job each: `scheme` (grammar, presets), `blocks` (granularity -> block
 shape), `qparams` (choose scales / zero points), `elements` (codes of scaled values),
@@ -13,10 +14,11 @@ scaling), `metrics` (error measures).
 """
 
 from precisionlab.quant.core import dequantize, quantize, quantize_dequantize
+from precisionlab.quant.diagnostics import QuantizationWarning, ScaleDiagnostics
 from precisionlab.quant.metrics import ErrorMetrics, error_metrics
 from precisionlab.quant.scalers import CurrentScaler, DelayedScaler
 from precisionlab.quant.scheme import PRESETS, Granularity, MXRule, Scheme, parse_scheme
-from precisionlab.quant.tensor import QuantizedTensor
+from precisionlab.quant.tensor import QuantizedTensor, bits_per_element, stored_bytes
 
 __all__ = [
     "PRESETS",
@@ -25,11 +27,15 @@ __all__ = [
     "ErrorMetrics",
     "Granularity",
     "MXRule",
+    "QuantizationWarning",
     "QuantizedTensor",
+    "ScaleDiagnostics",
     "Scheme",
+    "bits_per_element",
     "dequantize",
     "error_metrics",
     "parse_scheme",
     "quantize",
     "quantize_dequantize",
+    "stored_bytes",
 ]

@@ -1,7 +1,7 @@
 """quantize / dequantize: chunked, multi-threaded, exact to the rules in `qparams` and `elements`.
 
     quantize:    per block  choose s (and z) from the block's amax (or min / max)
-                 per element q = encode(x / s)          (x / s in float32; float64 input: float64)
+                 per element q = encode(x / s)          (one rounding of the exact quotient: elements.quotient)
     dequantize:  x_hat = fp32(value(q) * s)             asym: fp32((q - z) * s)
 
 The work runs over chunks of whole block-rows (about CHUNK elements each) on a small
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab import parallel as thread_pool
+from precisionlab.quant import diagnostics as diag
 from precisionlab.quant import qparams as qp
 from precisionlab.quant.blocks import Layout, canonical_view, from_view, layout, to_view
 from precisionlab.quant.elements import Codec, codec, pair_table
@@ -66,6 +67,8 @@ def make_codec(scheme: Scheme) -> Codec:
     base = codec(scheme.element)
     if scheme.preset == "mxint8":
         return Codec(base.fmt, unit=qp.MXINT8_UNIT)
+    if scheme.int_range != "narrow":
+        return Codec(base.fmt, int_range=scheme.int_range)
     return base
 
 
@@ -205,9 +208,12 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         tensor_scale = qp.nvfp4_tensor_scale(_finite_amax(view, lay, tasks, work))
     signed = s.symmetric
     pre: qp.QParams | None = None
+    first = second = np.empty(0)
     if lay.whole_rows:
         first, second = _whole_stats(view, lay, tasks, work, signed)
         pre = choose_qparams(first, second, s, cod, tensor_scale)
+    clipped: list[int] = []  # per chunk (list.append is atomic across the pool's threads)
+    floored: list[int] = [] if pre is None else [_count(pre.floored)]
 
     scale_grid = np.empty(lay.grid, dtype=np.float32)
     zero_grid = None if s.symmetric else np.empty(lay.grid, dtype=np.float32)
@@ -226,22 +232,23 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
                                 None if pre.zero_point is None else pre.zero_point[b],
                                 None if pre.bad is None else pre.bad[b])
             rows_sel = slice(0, 1)
+            first_c, second_c = first[b], (second[b] if not signed else second)
         else:
             first_c, second_c = _stats(blocks, signed)
             params = choose_qparams(first_c, second_c, s, cod, tensor_scale)
+            floored.append(_count(params.floored))
             br = lay.block[0]
             rows_sel = slice(r0 // br, r0 // br + blocks.shape[0])
             scale_grid[b, rows_sel] = params.scale
             if zero_grid is not None and params.zero_point is not None:
                 zero_grid[b, rows_sel] = params.zero_point
         with np.errstate(invalid="ignore", divide="ignore"):
-            v = blocks / params.divisor[:, None, :, None].astype(blocks.dtype)
-            if params.zero_point is not None:
-                codes = cod.encode_affine(v, params.zero_point[:, None, :, None])
-            else:
-                codes = cod.encode_symmetric(v)
+            zero = None if params.zero_point is None else params.zero_point[:, None, :, None]
+            codes = cod.encode_quotient(blocks, params.divisor[:, None, :, None], zero)  # one rounding of x / s
         if params.bad is not None:
             codes[np.broadcast_to(params.bad[:, None, :, None], codes.shape)] = 0
+        lower, upper = diag.clip_bounds(cod, params.divisor, params.zero_point)
+        clipped.append(diag.count_clipped(blocks, lower, upper, first_c, second_c, signed, params.bad))
         start = (b * lay.padded[1] + r0) * np_
         chunk_codes = codes.reshape(-1, np_)[: r1 - r0]
         if codes_all is not None:
@@ -258,6 +265,8 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         scale_grid[...] = pre.scale
         if zero_grid is not None and pre.zero_point is not None:
             zero_grid[...] = pre.zero_point
+    diagnostics = diag.ScaleDiagnostics(lay.n_blocks, sum(floored), int(arr.size), sum(clipped))
+    diag.warn(diagnostics, s, stacklevel=2)
     return QuantizedTensor(
         scheme=s,
         shape=tuple(arr.shape) or (1,),
@@ -268,7 +277,12 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         tensor_scale=tensor_scale,
         outlier_rows=rows_fp16,
         outlier_index=index,
+        diagnostics=diagnostics,
     )
+
+
+def _count(mask: np.ndarray | None) -> int:
+    return 0 if mask is None else int(np.count_nonzero(mask))
 
 
 def _per_group(bits: int) -> int:

@@ -4,12 +4,11 @@
     SQNR (dB)       10 log10( sum x^2 / sum (x_hat - x)^2 )          (inf when exact)
     max error       max |x_hat - x|
     rms error       sqrt(mean (x_hat - x)^2)
-    clipped         fraction of elements that saturated: |x| beyond their block's largest
-                    magnitude by more than half the top step, (max + gap/2) * block scale,
-                    where gap is the distance from the element max to the next value below
+    clipped         fraction of elements that saturated: x beyond their block's outermost
+                    value by more than half the step next to it, (max + gap/2) * block scale
                     (so a block max that exceeds the limit by a rounding hair, e.g. after an
                     fp16 scale rounded down, does not count); asymmetric schemes: x outside
-                    [(qmin - z - 1/2) s, (qmax - z + 1/2) s]
+                    [(qmin - z - 1/2) s, (qmax - z + 1/2) s] (`quant.diagnostics.clip_bounds`)
 
 Non-finite input elements are left out of every measure; a finite input element that
 reads back as NaN or inf (it shares a block with a NaN under nonfinite=nan) is an infinite
@@ -26,6 +25,7 @@ import numpy as np
 
 from precisionlab.quant.blocks import canonical_view, to_view
 from precisionlab.quant.core import _divisors, as_array, make_codec
+from precisionlab.quant.diagnostics import clip_bounds
 from precisionlab.quant.tensor import QuantizedTensor
 
 
@@ -79,8 +79,8 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
     """Fraction of finite elements outside their block's range widened by half the top step: they saturated.
 
     Symmetric: |x| > (element max + top gap / 2) * divisor (integers: (2^(b-1) - 1 + 1/2) * s,
-    since the code -2^(b-1) is never used). Asymmetric (integer codes
-    qmin..qmax, zero point z): x < (qmin - z - 1/2) * s or x > (qmax - z + 1/2) * s.
+    since the code -2^(b-1) is never used; range=full / full_neg reach down to (-2^(b-1) - 1/2) * s).
+    Asymmetric (integer codes qmin..qmax, zero point z): x < (qmin - z - 1/2) * s or x > (qmax - z + 1/2) * s.
     """
     arr, _ = as_array(x)
     axis, _, view_shape = canonical_view(arr.shape, q.scheme)
@@ -91,19 +91,7 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
         view = view[:, keep, :]
     lay = q.layout
     cod = make_codec(q.scheme)
-    divisor = _divisors(q, cod).astype(np.float64)  # (B, row blocks, column blocks)
-    if q.zero_points is None and cod.is_int:  # symmetric integers stop at +-(2^(b-1) - 1), steps of 1
-        upper = divisor * (cod.max_value + 0.5)
-        lower = -upper
-    elif q.zero_points is None:
-        magnitudes = np.unique(np.abs(cod.values()[np.isfinite(cod.values())]).astype(np.float64))
-        upper = divisor * (magnitudes[-1] + (magnitudes[-1] - magnitudes[-2]) / 2)
-        lower = -upper
-    else:
-        codes = cod.values().astype(np.float64)
-        z = q.zero_points.astype(np.float64)
-        upper = divisor * (codes.max() - z + 0.5)
-        lower = divisor * (codes.min() - z - 0.5)
+    lower, upper = clip_bounds(cod, _divisors(q, cod), q.zero_points)  # (B, row blocks, column blocks)
     br = lay.padded[1] if lay.whole_rows else lay.block[0]
     n = view.shape[2]
     rows = max(1, CHUNK // max(n, 1))

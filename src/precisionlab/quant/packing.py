@@ -1,7 +1,8 @@
 """Bit packing of element codes, little-endian within each byte group.
 
     8 bits   one code per byte
-    4 bits   two per byte: element 2i in the low nibble, 2i+1 in the high nibble
+    4 bits   two per byte: element 2i in the low nibble, 2i+1 in the high nibble (torchao's fp4
+             order; bitsandbytes packs NF4 / FP4 the other way, element 2i in the high nibble)
     2 bits   four per byte: element 4i + k in bits 2k..2k+1
     6 bits   four per three bytes: the 24-bit word c0 | c1 << 6 | c2 << 12 | c3 << 18,
              stored as its three bytes, low byte first

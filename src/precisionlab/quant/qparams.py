@@ -6,7 +6,7 @@ kernel that reads the stored scale must produce). Rounding the exact quotient on
 a kernel's fp32 division followed by a cast to fp16 / bf16 / e4m3 (fp32 carries at least
 2p + 2 bits for those p, so the double rounding is innocuous).
 
-    integer, symmetric   s = amax / (2^(b-1) - 1)
+    integer, symmetric   s = amax / (2^(b-1) - 1)        (range=full: 2^(b-1) - 1/2; full_neg: 2^(b-1))
     integer, asymmetric  lo = min(x_min, 0), hi = max(x_max, 0)
                          s = (hi - lo) / (2^b - 1),   z = clip(qmin - rint(lo / s), qmin, qmax)
     float element        s = amax / max_finite(element)          (DeepSeek-V3: amax / 448)
@@ -20,11 +20,17 @@ a kernel's fp32 division followed by a cast to fp16 / bf16 / e4m3 (fp32 carries 
                          minscale=normal raises s_b to at least 2^-6 (torchao); the default
                          keeps e4m3 subnormal scales (Transformer Engine)
 
+Every scale is rounded to nearest-even, or up with scaleround=up (never below the ideal scale, so
+no block maximum clips; the price is up to one step of the scale format in resolution).
+
 Edge cases (every scheme): an all-zero block has scale 1, zero point 0 and zero codes; a
 nonzero block whose scale would round to 0 gets the scale format's smallest positive
 value; a scale beyond the format's range saturates at its max finite; a block holding
 NaN or ±inf is an error (nonfinite=error) or gets a NaN scale and zero codes, so it
 dequantizes to NaN (nonfinite=nan, the MX and NVFP4 default, as the OCP spec sets X to NaN).
+A block is *floored* when its ideal scale lies below the smallest scale the scheme can store (the
+format's smallest positive value; 2^-127 for ue8m0; 2^-6 for nvfp4:minscale=normal): its scale is
+raised to that floor and its codes use only part of the range (`QParams.floored`).
 A finite value beyond float32's range (float64 input) is an error: the stored scales and the
 dequantized values are float32, so no scheme can represent it (`check_float32_range`).
 """
@@ -39,7 +45,7 @@ import numpy as np
 from precisionlab.formats import FloatFormat, IntFormat, get_format
 from precisionlab.quant.elements import Codec
 from precisionlab.quant.scheme import MXRule, Scheme
-from precisionlab.rounding import round_to
+from precisionlab.rounding import decode, encode, round_to
 
 MXINT8_UNIT = 2.0**-6
 """MXINT8 stores int8 codes in 1.6 fixed point: value = code * 2^-6."""
@@ -59,6 +65,8 @@ class QParams:
     """Integer zero points (float32 holding integers) for asymmetric schemes."""
     bad: np.ndarray | None = None
     """Blocks holding NaN or ±inf (nonfinite=nan): NaN scale, zero codes."""
+    floored: np.ndarray | None = None
+    """Blocks whose ideal scale is below the scheme's smallest storable scale (raised to it)."""
 
 
 def element_emax(codec: Codec) -> int:
@@ -66,24 +74,39 @@ def element_emax(codec: Codec) -> int:
     return math.frexp(codec.real_max)[1] - 1
 
 
-def round_scale(ideal: np.ndarray, scale_format: str) -> np.ndarray:
-    """Round ideal scales (float64, > 0) into the scale format; never to 0, saturating at max."""
+def round_scale(ideal: np.ndarray, scale_format: str, up: bool = False) -> np.ndarray:
+    """Round ideal scales (float64, > 0) into the scale format, to nearest-even or (up=True) to the smallest
+    value >= ideal; never to 0, saturating at max."""
     fmt = get_format(scale_format)
     assert isinstance(fmt, FloatFormat)
-    rounded = np.asarray(round_to(ideal.astype(np.float64), fmt, overflow="saturate", nan="zero"), dtype=np.float64)
+    ideal = ideal.astype(np.float64)
+    rounding = "toward_zero" if up else "nearest_even"
+    rounded = np.asarray(round_to(ideal, fmt, rounding=rounding, overflow="saturate", nan="zero"), dtype=np.float64)
+    if up:  # one code up where truncation went below (positive codes are ordered like their values)
+        below = (rounded < ideal) & (rounded < fmt.max_finite)
+        if below.any():
+            codes = np.asarray(encode(rounded[below], fmt))
+            rounded[below] = np.asarray(decode(codes + codes.dtype.type(1), fmt), dtype=np.float64)
     rounded = np.where((rounded == 0) & (ideal > 0), fmt.min_subnormal, rounded)
     return rounded
 
 
+def floored(ideal: np.ndarray, smallest: float, real: np.ndarray) -> np.ndarray | None:
+    """Blocks (where `real`) whose ideal scale is below the smallest storable one; None when there are none."""
+    mask = real & (ideal < smallest)
+    return mask if mask.any() else None
+
+
 def symmetric(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
-    """s = amax / max_code (integers: 2^(b-1) - 1; floats: max finite; nf4: 1)."""
+    """s = amax / max_code (integers: 2^(b-1) - 1, or the range's divisor; floats: max finite; nf4: 1)."""
     a = amax.astype(np.float64)
     bad = ~np.isfinite(a)
     zero = a == 0
-    ideal = np.where(bad | zero, 1.0, a) / codec.max_value
-    s = np.where(zero, 1.0, round_scale(ideal, scheme.scale))
+    ideal = np.where(bad | zero, 1.0, a) / codec.scale_divisor
+    s = np.where(zero, 1.0, round_scale(ideal, scheme.scale, scheme.scale_round == "up"))
+    floor_mask = floored(ideal, _smallest(scheme.scale), ~(bad | zero))
     s = _poison(s, bad, scheme)
-    return QParams(s.astype(np.float32), s.astype(np.float32), None, bad if bad.any() else None)
+    return QParams(s.astype(np.float32), s.astype(np.float32), None, bad if bad.any() else None, floor_mask)
 
 
 def asymmetric(lo: np.ndarray, hi: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
@@ -95,11 +118,14 @@ def asymmetric(lo: np.ndarray, hi: np.ndarray, scheme: Scheme, codec: Codec) -> 
     bad = ~(np.isfinite(low) & np.isfinite(high))
     span = np.where(bad, 1.0, high - low)
     zero = span == 0
-    s = np.where(zero, 1.0, round_scale(np.where(zero, 1.0, span) / (fmt.max_value - fmt.min_value), scheme.scale))
+    ideal = np.where(zero, 1.0, span) / (fmt.max_value - fmt.min_value)
+    s = np.where(zero, 1.0, round_scale(ideal, scheme.scale, scheme.scale_round == "up"))
+    floor_mask = floored(ideal, _smallest(scheme.scale), ~(bad | zero))
     z = np.clip(fmt.min_value - np.rint(np.where(bad, 0.0, low) / s), fmt.min_value, fmt.max_value)
     z = np.where(zero | bad, 0.0, z)
     s = _poison(s, bad, scheme)
-    return QParams(s.astype(np.float32), s.astype(np.float32), z.astype(np.float32), bad if bad.any() else None)
+    return QParams(s.astype(np.float32), s.astype(np.float32), z.astype(np.float32), bad if bad.any() else None,
+                   floor_mask)
 
 
 def microscaling(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
@@ -112,11 +138,12 @@ def microscaling(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
         exponent = _ceil_log2_ratio(safe, codec.real_max)
     else:
         exponent = np.frexp(safe)[1].astype(np.int64) - 1 - element_emax(codec)
+    floor_mask = floored(exponent.astype(np.float64), UE8M0_EXP_RANGE[0], ~(bad | zero))  # the exponent floor 2^-127
     exponent = np.clip(exponent, *UE8M0_EXP_RANGE)
     x = np.where(zero, 1.0, np.ldexp(1.0, exponent))
     x = _poison(x, bad, scheme)
     divisor = x * codec.unit
-    return QParams(x.astype(np.float32), divisor.astype(np.float32), None, bad if bad.any() else None)
+    return QParams(x.astype(np.float32), divisor.astype(np.float32), None, bad if bad.any() else None, floor_mask)
 
 
 def _ceil_log2_ratio(amax: np.ndarray, max_value: float) -> np.ndarray:
@@ -156,12 +183,20 @@ def nvfp4(amax: np.ndarray, tensor_scale: float, scheme: Scheme, codec: Codec) -
     bad = ~np.isfinite(a)
     zero = a == 0
     ideal = np.where(bad | zero, 1.0, a) / (codec.max_value * tensor_scale)
-    s = np.where(zero, 1.0, round_scale(ideal, "e4m3"))
+    s = np.where(zero, 1.0, round_scale(ideal, "e4m3", scheme.scale_round == "up"))
+    smallest = _smallest("e4m3")
     if scheme.minscale == "normal":
-        s = np.maximum(s, 2.0 ** get_format("e4m3").emin)  # type: ignore[union-attr]
+        smallest = 2.0 ** get_format("e4m3").emin  # type: ignore[union-attr]
+        s = np.maximum(s, smallest)
+    floor_mask = floored(ideal, smallest, ~(bad | zero))
     s = _poison(s, bad, scheme)
     divisor = (s.astype(np.float32) * np.float32(tensor_scale)).astype(np.float32)
-    return QParams(s.astype(np.float32), divisor, None, bad if bad.any() else None)
+    return QParams(s.astype(np.float32), divisor, None, bad if bad.any() else None, floor_mask)
+
+
+def _smallest(scale_format: str) -> float:
+    """The smallest positive value of a scale format (its floor)."""
+    return float(get_format(scale_format).min_subnormal)  # type: ignore[union-attr]
 
 
 def _poison(s: np.ndarray, bad: np.ndarray, scheme: Scheme) -> np.ndarray:

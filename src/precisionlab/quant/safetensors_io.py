@@ -1,9 +1,11 @@
-"""Read and write the safetensors file format (no dependency), and tagged quantized tensors.
+"""Tagged quantized tensors in safetensors files, read and written by the safetensors library.
 
-File layout (safetensors): 8-byte little-endian header length N, N bytes of JSON header
-{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}},
-then the raw little-endian tensor bytes; offsets are relative to the end of the header
-and the tensors tile the data section without gaps.
+The file format is the library's (`safetensors.safe_open`, `safetensors.serialize_file`: its parser
+validates the header, the offsets and the coverage of the data); this module adds only the tag layer
+and two things the library's numpy API lacks: BF16 and F8 tensors, which numpy has no dtype for, are
+handed over as their bit patterns (uint16 / uint8) and read back as such from the entry's bytes, and
+every write is checked so that no value is silently cast (an array must already hold the declared
+dtype: float data declared BF16 or int64 data declared I32 is an error, never bits or a wrapped value).
 
 A quantized tensor `w` is stored as the entries w.codes (U8, packed), w.scales (in the
 scale format: F32 / F16 / BF16 / F8_E4M3, ue8m0 as U8 biased exponents), w.zero_points
@@ -12,22 +14,23 @@ w.tensor_scale (F32, shape [1]); the metadata key "precisionlab.quant" = "1" tag
 file and "w" holds a JSON record (scheme, element format with its encoding, scale
 format, shape, dtype). Loading an untagged file, or one whose record disagrees with its
 entries, is an error. Files are written to a temporary name and renamed, so a failed
-write leaves nothing behind.
+write leaves nothing behind. Tensors are read one at a time, when asked for, with the file
+open only for that read (a file of any number of tensors holds no file descriptors).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from precisionlab._atomic import atomic_write_bytes
+from precisionlab._atomic import atomic_write_with
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import canonical_view
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
@@ -37,126 +40,162 @@ from precisionlab.rounding import decode, encode
 
 TAG_KEY = "precisionlab.quant"
 TAG_VERSION = "1"
-MAX_HEADER = 100 * 2**20
 SOURCE_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
-DTYPES: dict[str, tuple[str, int]] = {
-    "F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),
-    "I64": ("<i8", 8), "I32": ("<i4", 4), "I16": ("<i2", 2), "I8": ("i1", 1),
-    "U64": ("<u8", 8), "U32": ("<u4", 4), "U16": ("<u2", 2), "U8": ("u1", 1), "BOOL": ("u1", 1),
-    "F8_E4M3": ("u1", 1), "F8_E5M2": ("u1", 1),
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("bool"),
 }
-"""safetensors dtype -> (numpy dtype of the raw bytes, item size). BF16 and F8 are read as bits."""
+"""safetensors dtypes that numpy holds natively (the library reads them with framework="numpy")."""
+
+BIT_DTYPES: dict[str, tuple[np.dtype, str]] = {
+    "BF16": (np.dtype("<u2"), "bfloat16"), "F8_E4M3": (np.dtype("u1"), "float8_e4m3fn"),
+    "F8_E5M2": (np.dtype("u1"), "float8_e5m2"),
+}
+"""safetensors dtypes numpy has no type for: (the bit-pattern dtype they travel as, the library's name)."""
+
+_LIBRARY_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+                  "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
+                  "BOOL": "bool"}
+
+INSTALL_HINT = "reading and writing .safetensors files needs the safetensors package: pip install safetensors"
 
 
-@dataclass
+def safetensors_library() -> ModuleType:
+    """The safetensors package, imported when first needed (a one-line ModuleNotFoundError without it)."""
+    try:
+        import safetensors
+    except ImportError:
+        raise ModuleNotFoundError(INSTALL_HINT) from None
+    return safetensors
+
+
+@dataclass(frozen=True)
 class Entry:
-    """One tensor of a safetensors file: its dtype string, shape and raw data (a memory map)."""
+    """One tensor of a safetensors file: its dtype string and shape; `raw()` reads its values when asked."""
 
+    path: Path
     name: str
     dtype: str
     shape: tuple[int, ...]
-    raw: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def raw(self) -> np.ndarray:
+        """The stored values in the entry's shape: numpy dtypes as themselves, BF16 / F8 as their bit
+        patterns (uint16 / uint8). Other dtypes (complex, fp4, fnuz fp8, ...) are refused."""
+        if self.dtype in NUMPY_DTYPES:
+            library = safetensors_library()
+            with _opened(self.path, library) as handle:
+                return np.asarray(handle.get_tensor(self.name)).reshape(self.shape)
+        if self.dtype in BIT_DTYPES:
+            return _read_bits(self.path, self.name, BIT_DTYPES[self.dtype][0], self.size).reshape(self.shape)
+        raise TypeError(f"{self.path}: tensor {self.name!r} holds {self.dtype}, which precisionlab does not read")
 
     def to_float32(self) -> np.ndarray:
-        """Values as floats: BF16 and F8 decoded exactly to float32, F16 / F32 / F64 as stored (a
-        memory map, no copy); integer tensors are refused."""
+        """Values as floats: BF16 and F8 decoded exactly to float32, F16 / F32 / F64 as stored; integer
+        tensors are refused."""
         if self.dtype == "BF16":
-            return (self.raw.astype(np.uint32) << np.uint32(16)).view(np.float32).reshape(self.shape)
+            return (self.raw().astype(np.uint32) << np.uint32(16)).view(np.float32)
         if self.dtype in ("F8_E4M3", "F8_E5M2"):
             fmt = "e4m3" if self.dtype == "F8_E4M3" else "e5m2"
-            return np.asarray(decode(self.raw, fmt), dtype=np.float32).reshape(self.shape)
+            return np.asarray(decode(self.raw(), fmt), dtype=np.float32).reshape(self.shape)
         if self.dtype in ("F16", "F32", "F64"):
-            return np.asarray(self.raw).reshape(self.shape)
-        raise TypeError(f"tensor {self.name!r} holds {self.dtype} integers, not floats")
+            return self.raw()
+        raise TypeError(f"tensor {self.name!r} holds {self.dtype} values, not floats")
+
+
+class _opened:
+    """safe_open(path, framework="numpy") with the library's errors as one-line ValueErrors."""
+
+    def __init__(self, path: Path, library: ModuleType) -> None:
+        self.path, self.library = path, library
+
+    def __enter__(self) -> Any:
+        try:
+            self.handle = self.library.safe_open(str(self.path), framework="numpy")
+            return self.handle.__enter__()
+        except self.library.SafetensorError as exc:
+            raise ValueError(f"{self.path}: not a valid safetensors file ({exc})") from None
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.__exit__(*exc)
+
+
+def _read_bits(path: Path, name: str, dtype: np.dtype, count: int) -> np.ndarray:
+    """An entry's bytes as `dtype` (the library has validated the header and its offsets when the file was
+    listed; its numpy API cannot hand over BF16 / F8, so their bytes are read at the header's offsets)."""
+    with path.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        begin, end = json.loads(handle.read(length))[name]["data_offsets"]
+        if end - begin != count * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {name!r} has {end - begin} bytes for {count} values")
+        handle.seek(8 + length + begin)
+        data = np.fromfile(handle, dtype=dtype, count=count)
+    if data.size != count:
+        raise ValueError(f"{path}: tensor {name!r} is cut short (truncated file)")
+    return data
 
 
 # --------------------------------------------------------------------------- reading
-def read_header(path: str | Path) -> tuple[dict[str, Any], int]:
-    """(header dict, data start offset); a clear ValueError for anything that is not safetensors."""
-    p = Path(path)
-    size = p.stat().st_size
-    with p.open("rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise ValueError(f"{p}: not a safetensors file (shorter than its 8-byte header length)")
-        (length,) = struct.unpack("<Q", head)
-        if length == 0 or length > MAX_HEADER or 8 + length > size:
-            raise ValueError(f"{p}: not a safetensors file (header length {length} does not fit a {size}-byte file)")
-        text = fh.read(length)
-    try:
-        header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{p}: corrupt safetensors header ({exc.__class__.__name__})") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{p}: corrupt safetensors header (not a JSON object)")
-    _check_entries(p, header, size - 8 - length)
-    return header, 8 + length
-
-
-def _check_entries(p: Path, header: dict[str, Any], data_size: int) -> None:
-    spans = []
-    for name, info in header.items():
-        if name == "__metadata__":
-            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
-                raise ValueError(f"{p}: corrupt safetensors metadata (must map strings to strings)")
-            continue
-        if not isinstance(info, dict) or {"dtype", "shape", "data_offsets"} - set(info):
-            raise ValueError(f"{p}: corrupt safetensors entry {name!r}")
-        dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        if dtype not in DTYPES:
-            raise ValueError(f"{p}: tensor {name!r} has unsupported dtype {dtype!r}")
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
-                or not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(o, int) for o in offsets)):
-            raise ValueError(f"{p}: corrupt safetensors entry {name!r} (shape or offsets)")
-        begin, end = offsets
-        if not 0 <= begin <= end <= data_size:
-            raise ValueError(f"{p}: tensor {name!r} lies outside the file (truncated or corrupt)")
-        if end - begin != math.prod(shape) * DTYPES[dtype][1]:
-            raise ValueError(f"{p}: tensor {name!r} has {end - begin} bytes for shape {shape} of {dtype}")
-        spans.append((begin, end))
-    spans.sort()
-    for (_, end), (begin, _) in itertools.pairwise(spans):
-        if begin < end:
-            raise ValueError(f"{p}: corrupt safetensors file (tensors overlap)")
-
-
 def read_safetensors(path: str | Path) -> tuple[dict[str, Entry], dict[str, str]]:
-    """Every tensor of a safetensors file, memory-mapped, and the metadata."""
-    header, start = read_header(path)
-    metadata = header.pop("__metadata__", {}) or {}
-    entries: dict[str, Entry] = {}
-    for name, info in header.items():
-        begin = info["data_offsets"][0]
-        raw_dtype, _ = DTYPES[info["dtype"]]
-        count = math.prod(info["shape"])
-        if count == 0:
-            raw = np.zeros(0, dtype=raw_dtype)
-        else:
-            raw = np.memmap(path, dtype=raw_dtype, mode="r", offset=start + begin, shape=(count,))
-        entries[name] = Entry(name, info["dtype"], tuple(info["shape"]), raw)
+    """Every tensor of a safetensors file (listed, read when asked for) and the metadata.
+
+    The library parses and validates the file; a file it refuses is a ValueError naming it."""
+    p = Path(path)
+    library = safetensors_library()
+    with _opened(p, library) as handle:
+        metadata = dict(handle.metadata() or {})
+        entries = {}
+        for name in handle.keys():  # noqa: SIM118 (a file handle, not a dict)
+            view = handle.get_slice(name)
+            entries[name] = Entry(p, name, str(view.get_dtype()), tuple(int(d) for d in view.get_shape()))
     return entries, metadata
 
 
 # --------------------------------------------------------------------------- writing
 def write_safetensors(path: str | Path, tensors: dict[str, tuple[str, np.ndarray]],
                       metadata: dict[str, str] | None = None) -> None:
-    """Write {name: (dtype string, array of raw values)} atomically (temp file, then rename)."""
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = metadata
-    offset = 0
-    blobs = []
-    for name, (dtype, arr) in tensors.items():
-        raw_dtype, _ = DTYPES[dtype]
-        data = np.ascontiguousarray(arr, dtype=np.dtype(raw_dtype)).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * ((-len(text)) % 8)
-    atomic_write_bytes(path, [struct.pack("<Q", len(text)), text, *blobs])
+    """Write {name: (safetensors dtype, array)} atomically (temporary file, then rename) through the library.
+
+    The array must already hold the declared dtype: the numpy dtype itself for F64 ... BOOL, and for BF16 /
+    F8_E4M3 / F8_E5M2 their bit patterns (uint16 / uint8) or ml_dtypes' bfloat16 / float8 arrays. Anything
+    else is a TypeError rather than a cast (1.7 declared BF16 would otherwise store the bits 0x0001, 9e-41;
+    2^40 declared I32 would wrap to INT32_MIN). Big-endian arrays are byte-swapped (the same values)."""
+    library = safetensors_library()
+    keep = [_checked(name, dtype, arr) for name, (dtype, arr) in tensors.items()]
+    specs = {name: library.TensorSpec(dtype=library_name, shape=list(arr.shape), data_ptr=arr.ctypes.data,
+                                      data_len=arr.nbytes)
+             for name, library_name, arr in keep}
+    atomic_write_with(path, lambda tmp: library.serialize_file(specs, str(tmp), metadata=metadata or None),
+                      suffix=".safetensors")
+
+
+def _checked(name: str, dtype: str, arr: Any) -> tuple[str, str, np.ndarray]:
+    """(name, the library's dtype name, a contiguous little-endian array of the declared dtype's bytes)."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"tensor {name!r}: pass a numpy array, got {type(arr).__name__}")
+    if dtype in NUMPY_DTYPES:
+        want, library_name = NUMPY_DTYPES[dtype], _LIBRARY_NAMES[dtype]
+        ok = arr.dtype.kind == want.kind and arr.dtype.itemsize == want.itemsize
+    elif dtype in BIT_DTYPES:
+        want, library_name = BIT_DTYPES[dtype]
+        ok = arr.dtype.name == library_name or (arr.dtype.kind == "u" and arr.dtype.itemsize == want.itemsize)
+    else:
+        raise ValueError(f"tensor {name!r}: unsupported safetensors dtype {dtype!r}; choose one of "
+                         f"{', '.join([*NUMPY_DTYPES, *BIT_DTYPES])}")
+    if not ok:
+        hint = (f"its bit patterns as {want.name}" if dtype in BIT_DTYPES else f"a {want.name} array")
+        raise TypeError(f"tensor {name!r} is {arr.dtype} data declared {dtype}: pass {hint} (precisionlab does "
+                        "not cast values on write)")
+    data = np.ascontiguousarray(arr)
+    if data.dtype.byteorder == ">":
+        data = data.astype(data.dtype.newbyteorder("<"))
+    return name, library_name, data
 
 
 # --------------------------------------------------------------------------- quantized tensors
@@ -261,10 +300,10 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
         return entries[key]
 
     def check(entry: Entry, dtype: str, count: int) -> np.ndarray:
-        if entry.dtype != dtype or entry.raw.size != count:
-            raise ValueError(f"{path}: entry {entry.name!r} holds {entry.raw.size} {entry.dtype} values; scheme "
+        if entry.dtype != dtype or entry.size != count:
+            raise ValueError(f"{path}: entry {entry.name!r} holds {entry.size} {entry.dtype} values; scheme "
                              f"{scheme} on shape {list(shape)} needs {count} {dtype}")
-        return np.asarray(entry.raw).copy()
+        return entry.raw().reshape(-1)
 
     try:
         _, _, view = canonical_view(shape, scheme)
@@ -282,14 +321,14 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
     lay = probe.layout
     bits = probe.element_bits
     codes = need("codes")
-    if codes.dtype != "U8" or codes.raw.size != packed_nbytes(lay.n_stored, bits):
-        raise ValueError(f"{path}: tensor {name!r} codes hold {codes.raw.size} bytes; scheme {scheme} on shape "
+    if codes.dtype != "U8" or codes.size != packed_nbytes(lay.n_stored, bits):
+        raise ValueError(f"{path}: tensor {name!r} codes hold {codes.size} bytes; scheme {scheme} on shape "
                          f"{shape} needs {packed_nbytes(lay.n_stored, bits)}")
     scales_entry = need("scales")
     if math.prod(scales_entry.shape) != lay.n_blocks:
         raise ValueError(f"{path}: tensor {name!r} has {math.prod(scales_entry.shape)} scales; needs {lay.n_blocks}")
     try:
-        scales = _scale_values(scales_entry.dtype, scales_entry.raw, scheme.scale, lay.grid)
+        scales = _scale_values(scales_entry.dtype, scales_entry.raw(), scheme.scale, lay.grid)
     except ValueError as exc:
         raise ValueError(f"{path}: tensor {name!r}: {exc}") from None
     zero_points = None
@@ -307,5 +346,5 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
         tensor_scale = float(check(need("tensor_scale"), "F32", 1)[0])
         if not (math.isfinite(tensor_scale) and tensor_scale > 0):
             raise ValueError(f"{path}: tensor {name!r} has tensor scale {tensor_scale}; it must be finite and > 0")
-    return QuantizedTensor(scheme, shape, dtype, np.asarray(codes.raw).copy(), scales, zero_points, tensor_scale,
+    return QuantizedTensor(scheme, shape, dtype, codes.raw().reshape(-1), scales, zero_points, tensor_scale,
                            rows, index)

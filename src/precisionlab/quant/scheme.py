@@ -16,6 +16,16 @@ Grammar (colon-separated)::
                                  (default floor, the OCP MX rule)
                  minscale=subnormal|normal   NVFP4 block-scale floor (default subnormal)
                  nonfinite=error|nan         a block holding NaN/inf: raise, or store a NaN scale
+                 range=narrow|full|full_neg  symmetric signed integers (see INT_RANGES):
+                                 narrow  codes ±(2^(b-1) - 1), s = amax / (2^(b-1) - 1)   (default;
+                                         int4 ±7, amax/7: AWQ, ModelOpt)
+                                 full    codes -2^(b-1) .. 2^(b-1) - 1, s = amax / (2^(b-1) - 1/2)
+                                         (int4 -8..7, amax/7.5: torchao, GPTQ sym with zero point 8,
+                                         compressed-tensors)
+                                 full_neg  codes -2^(b-1) .. 2^(b-1) - 1, s = amax / 2^(b-1)
+                                         (int4 amax/8: GGML Q4_0; a positive maximum clips to 7/8 amax)
+                 scaleround=nearest|up       round each scale to nearest (default) or up into its
+                                             format (fp32/fp16/bf16/e4m3): up never clips a block's max
 
     PRESET       mxfp8 (= mxfp8_e4m3), mxfp8_e5m2, mxfp6 (= mxfp6_e2m3), mxfp6_e3m2, mxfp4,
                  mxint8, nvfp4, dsv3_weight (e4m3:block128x128:scale=fp32),
@@ -86,6 +96,10 @@ class Scheme:
     minscale: str = "subnormal"
     nonfinite: str = "error"
     preset: str | None = None
+    int_range: str = "narrow"
+    """Symmetric signed-integer code range and scale rule (`INT_RANGES`)."""
+    scale_round: str = "nearest"
+    """How a scale is rounded into its format: "nearest" (even) or "up" (never below the ideal scale)."""
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -129,6 +143,11 @@ def _problem(s: Scheme) -> str:
         return f"minscale must be 'subnormal' or 'normal', got {s.minscale!r}"
     if s.nonfinite not in ("error", "nan"):
         return f"nonfinite must be 'error' or 'nan', got {s.nonfinite!r}"
+    if s.scale_round not in ("nearest", "up"):
+        return f"scaleround must be 'nearest' or 'up', got {s.scale_round!r}"
+    if s.scale_round == "up" and s.scale == "ue8m0":
+        return "scaleround=up applies to fp32 / fp16 / bf16 / e4m3 scales; ue8m0 scales follow the MX rule (rceil " \
+            "rounds them up)"
     if s.element in ("uint8", "uint4") and s.symmetric:
         return f"{s.element} is unsigned: it is always asymmetric (a zero point); use int{s.element[4:]} for sym"
     if not s.symmetric and s.element not in INT_ELEMENTS:
@@ -145,7 +164,20 @@ def _problem(s: Scheme) -> str:
         return "ue8m0 scales and the floor / rceil rule go together"
     if s.is_mx and s.symmetric is False:
         return "power-of-two (ue8m0) scales are symmetric: no zero point"
+    if s.int_range not in INT_RANGES:
+        return f"range must be one of {', '.join(INT_RANGES)}, got {s.int_range!r}"
+    if s.int_range != "narrow" and (s.element not in ("int8", "int4", "int2") or not s.symmetric or s.is_mx):
+        return f"range={s.int_range} applies to symmetric signed integer elements (int8, int4, int2), not {s}"
     return ""
+
+
+INT_RANGES = ("narrow", "full", "full_neg")
+"""The symmetric signed-integer conventions: code range and scale divisor (int4 shown).
+
+    narrow    ±7,      s = amax / 7      (2^(b-1) - 1: the grid is symmetric about an exact zero)
+    full      -8..7,   s = amax / 7.5    (2^(b-1) - 1/2: the extra negative code is used)
+    full_neg  -8..7,   s = amax / 8      (2^(b-1))
+"""
 
 
 # --------------------------------------------------------------------------- presets
@@ -169,7 +201,7 @@ PRESETS: dict[str, Scheme] = {
 }
 """Named recipes. dsv3_*: DeepSeek-V3 (128x128 weight blocks, 1x128 activation tiles, fp32 scales)."""
 
-PRESET_OPTIONS = ("axis", "nonfinite", "mx", "minscale")
+PRESET_OPTIONS = ("axis", "nonfinite", "mx", "minscale", "scaleround")
 """The options a preset accepts (its element, granularity and scale format are fixed)."""
 
 
@@ -243,7 +275,8 @@ def _positive(text: str, token: str, spec: str) -> int:
     return int(text)
 
 
-_OPTION_NAMES = ("sym", "asym", "scale=", "outliers=", "axis=", "floor", "rceil", "minscale=", "nonfinite=")
+_OPTION_NAMES = ("sym", "asym", "scale=", "outliers=", "axis=", "floor", "rceil", "minscale=", "nonfinite=",
+                 "range=", "scaleround=")
 
 
 def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) -> Scheme:
@@ -259,7 +292,7 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
         if preset and _option_field(key) not in PRESET_OPTIONS:
             raise ValueError(f"preset {base.preset} fixes its element, granularity and scale; "
                              f"option {option!r} in {spec!r} is not allowed (allowed: axis=, nonfinite=, "
-                             "floor/rceil for MX, minscale= for nvfp4)")
+                             "floor/rceil for MX, minscale= for nvfp4, scaleround= for nvfp4 and dsv3_*)")
         if _is_granularity(option) and not eq:
             raise ValueError(f"granularity {option!r} in scheme {spec!r} must come right after the element")
         if key in ("sym", "asym") and not eq:
@@ -283,6 +316,12 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
             changes["minscale"] = value
         elif key == "nonfinite" and eq:
             changes["nonfinite"] = value
+        elif key == "range" and eq:
+            if value not in INT_RANGES:
+                raise ValueError(f"range={value} in scheme {spec!r}; choose one of {', '.join(INT_RANGES)}")
+            changes["int_range"] = value
+        elif key == "scaleround" and eq:
+            changes["scale_round"] = value
         else:
             raise ValueError(f"unknown option {option!r} in scheme {spec!r}{_suggest_option(option)}")
     scale = changes.get("scale", base.scale)
@@ -324,6 +363,10 @@ def format_scheme(s: Scheme) -> str:
         parts.append(f"minscale={s.minscale}")
     if s.nonfinite != base.nonfinite:
         parts.append(f"nonfinite={s.nonfinite}")
+    if s.int_range != base.int_range:
+        parts.append(f"range={s.int_range}")
+    if s.scale_round != base.scale_round:
+        parts.append(f"scaleround={s.scale_round}")
     return ":".join(parts)
 
 

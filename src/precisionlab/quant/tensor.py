@@ -11,7 +11,8 @@ Byte accounting (`nbytes`) counts everything stored:
     tensor scale 4 (NVFP4's fp32 second-level scale)
 
 `bits_per_element` = 8 * nbytes / (elements of the input): mxfp4 4.25, nvfp4 4.5 plus
-32 / n for the tensor scale.
+32 / n for the tensor scale. `stored_bytes(scheme, shape)` and `bits_per_element(scheme, shape)` give
+the same count for a shape without quantizing data (capacity's weight and KV bytes use them).
 """
 
 from __future__ import annotations
@@ -24,12 +25,41 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import Layout, canonical_view, layout
+from precisionlab.quant.diagnostics import ScaleDiagnostics
+from precisionlab.quant.elements import codec
 from precisionlab.quant.packing import packed_nbytes, unpack
-from precisionlab.quant.scheme import Scheme
+from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.rounding import encode
 
 OUTLIER_INDEX_BYTES = 4
 TENSOR_SCALE_BYTES = 4
+
+
+def stored_bytes(scheme: str | Scheme, shape: tuple[int, ...]) -> dict[str, int]:
+    """Bytes of each stored part of a tensor of `shape` under `scheme` (see the module docstring), without
+    quantizing anything: the byte model every count in precisionlab uses (QuantizedTensor.nbytes, capacity)."""
+    s = parse_scheme(scheme)
+    _, _, view = canonical_view(tuple(shape), s)
+    k = s.outliers
+    if k >= view[1]:
+        raise ValueError(f"outliers={k} would keep every one of the {view[1]} rows in fp16")
+    lay = layout((view[0], view[1] - k, view[2]), s)
+    bits = codec(s.element).bits
+    scale_bits = get_format(s.scale).bits
+    return {
+        "payload": packed_nbytes(lay.n_stored, bits) if bits in (2, 4, 6, 8) else -(-lay.n_stored * bits // 8),
+        "scales": -(-lay.n_blocks * scale_bits // 8),
+        "zero_points": 0 if s.symmetric else -(-lay.n_blocks * bits // 8),
+        "outliers": k * view[2] * 2 + k * OUTLIER_INDEX_BYTES,
+        "tensor_scale": TENSOR_SCALE_BYTES if s.tensor_scale else 0,
+    }
+
+
+def bits_per_element(scheme: str | Scheme, shape: tuple[int, ...]) -> float:
+    """8 * (bytes stored) / (elements) of a tensor of `shape` under `scheme`: e.g. int4:g128:asym on (8, 128)
+    is (512 + 16 + 4) * 8 / 1024 = 4.15625 (4-bit codes, an fp16 scale and a 4-bit zero point per 128)."""
+    count = math.prod(int(d) for d in shape) or 1
+    return 8.0 * sum(stored_bytes(scheme, shape).values()) / count
 
 
 @dataclass
@@ -55,6 +85,8 @@ class QuantizedTensor:
     """float16 (k, N): the rows kept out of the payload."""
     outlier_index: np.ndarray | None = None
     """int32 (k,): their row numbers in the (M, N) view, ascending."""
+    diagnostics: ScaleDiagnostics | None = None
+    """Floored scales and clipped elements of this quantization (`quant.diagnostics`); None when read from a file."""
 
     # ----------------------------------------------------------------- layout
     @property
@@ -105,20 +137,8 @@ class QuantizedTensor:
 
     # ----------------------------------------------------------------- bytes
     def byte_breakdown(self) -> dict[str, int]:
-        """Bytes of each stored part (see the module docstring)."""
-        lay = self.layout
-        bits = self.element_bits
-        scale_bits = get_format(self.scheme.scale).bits
-        parts = {
-            "payload": packed_nbytes(lay.n_stored, bits) if bits in (2, 4, 6, 8) else -(-lay.n_stored * bits // 8),
-            "scales": -(-lay.n_blocks * scale_bits // 8),
-            "zero_points": 0 if self.zero_points is None else -(-lay.n_blocks * bits // 8),
-            "outliers": 0,
-            "tensor_scale": TENSOR_SCALE_BYTES if self.tensor_scale is not None else 0,
-        }
-        if self.outlier_rows is not None:
-            parts["outliers"] = self.outlier_rows.size * 2 + self.n_outliers * OUTLIER_INDEX_BYTES
-        return parts
+        """Bytes of each stored part (see the module docstring): `stored_bytes` of the scheme and shape."""
+        return stored_bytes(self.scheme, self.shape)
 
     @property
     def nbytes(self) -> int:
