@@ -71,7 +71,8 @@ def _python(script: str, threads: str | None, timeout: float) -> subprocess.Comp
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_after_large_round_to_and_quantize_finishes() -> None:
     # two threads even on a one-core runner, so the parent really starts a pool before the fork
-    done = _python(FORK_SCRIPT.format(n=LARGE, timeout=CHILD_TIMEOUT_S, threads=ROUNDING_ON_THREADS), threads="2", timeout=CHILD_TIMEOUT_S + 60)
+    script = FORK_SCRIPT.format(n=LARGE, timeout=CHILD_TIMEOUT_S, threads=ROUNDING_ON_THREADS)
+    done = _python(script, threads="2", timeout=CHILD_TIMEOUT_S + 60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "child exit 0 equal True" in done.stdout
 

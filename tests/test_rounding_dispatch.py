@@ -66,7 +66,7 @@ def policies(name: str) -> list[tuple[str | None, str]]:
 @pytest.mark.parametrize("name", NAMES)
 def test_the_fast_path_gives_the_general_paths_bits(name: str) -> None:
     fmt = pl.get_format(name)
-    every_policy = policies(name) if fmt.bits <= 8 else policies(name)[:1] + [("saturate", "raise")]
+    every_policy = policies(name) if fmt.bits <= 8 else [*policies(name)[:1], ("saturate", "raise")]
     for dtype in (np.float32, np.float64):
         for mode in MODES:
             for overflow, nan in every_policy:

@@ -19,8 +19,8 @@ from precisionlab.rounding.modes import NanPolicy, Rounding, parse_overflow
 
 FP32 = get_float_format("fp32")
 FP64 = get_float_format("fp64")
-_NUMPY_CONTAINERS = {np.dtype(np.float16): get_float_format("fp16"), np.dtype(np.float32): FP32,
-                     np.dtype(np.float64): FP64}
+_NUMPY_CONTAINERS: dict[np.dtype, FloatFormat] = {
+    np.dtype(np.float16): get_float_format("fp16"), np.dtype(np.float32): FP32, np.dtype(np.float64): FP64}
 
 
 def output_container(fmt: Format, container: FloatFormat) -> FloatFormat:

@@ -36,7 +36,7 @@ from precisionlab.rounding.breakpoints import distinct, exact_in
 Reference = Callable[[np.ndarray], np.ndarray]
 """The exact engine on a 1-D array of the input dtype (its values in the output dtype)."""
 
-_KEYS = {np.dtype(np.float32): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.int64)}
+_KEYS: dict[np.dtype, np.dtype] = {np.dtype(np.float32): np.dtype(np.int32), np.dtype(np.float64): np.dtype(np.int64)}
 
 
 class SearchTable:
