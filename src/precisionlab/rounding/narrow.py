@@ -13,7 +13,8 @@ can introduce, and the step removes it.
 
 Cases: an overflow (y = ±inf, x finite) steps to ±max_float32; an underflow to ±0 steps to
 the smallest subnormal of x's sign; NaN and values that are exact in float32 stay as they are.
-Only the landed elements (about 2^-k of random data) take the sparse correction.
+Only the landed elements (about 2^-k of random data; all of data already on the target's grid)
+are looked at again, and only the inexact ones among them are moved.
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ def narrow(x: np.ndarray, out: np.ndarray, grid_mask: int, low: np.ndarray) -> N
     np.copyto(as32, x, casting="same_kind")
     mask = np.uint32(grid_mask)
     np.bitwise_and(out, mask, out=low)
-    landed = np.flatnonzero(low == 0)
+    on_grid = low == 0
+    landed = np.flatnonzero(on_grid)
     if landed.size == 0:
+        return
+    dense = 8 * landed.size > x.size  # data already on the grid (rounded values): decide without gathers
+    landed = np.flatnonzero(on_grid & (x != as32)) if dense else landed[x[landed] != as32[landed]]
+    if landed.size == 0:  # every landed value was exact
         return
     wide = np.abs(x[landed])
     near = np.abs(as32[landed]).astype(np.float64)
