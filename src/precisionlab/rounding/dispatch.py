@@ -6,7 +6,7 @@ key is built and cached, so later calls skip input unpacking, policy parsing, do
 construction and the hashing of format objects. The key holds the arguments as the caller
 passed them: a string by value, anything else (a format object, an enum member) by identity;
 the entry keeps a reference to each such object, so its id cannot be reused while the entry
-lives. The cache is emptied when it reaches CACHE_LIMIT entries.
+lives.
 
 Kernels, each bit-identical to the general path (NaN sign and payload included) and checked
 against it when built, on inputs chosen where a shortcut would show:
@@ -43,7 +43,8 @@ SEARCH_MAX = {np.dtype(np.float32): 256, np.dtype(np.float64): 512}
 medians): the search's n·log2(thresholds) steps beat the chunk kernels' fixed passes below
 about 200-500 float32 elements and about 500-1000 float64 elements (whose kernels narrow first)."""
 
-CACHE_LIMIT = 512
+CACHE_LIMIT = 64
+"""Kernels kept (a 16-bit format's holds about 1-2 MiB of tables); the cache is emptied when full."""
 
 DETERMINISTIC = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.TOWARD_ZERO)
 """Modes the fast paths tabulate; any other mode goes through the general path."""

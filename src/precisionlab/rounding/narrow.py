@@ -1,20 +1,21 @@
 """float64 to float32 without moving across a breakpoint, so float32 kernels round float64 exactly.
 
 A float32 kernel sees only float32 bits. For float64 input, first take y = fl32(x) (numpy's
-round-to-nearest cast: monotone, overflow to ±inf, subnormals kept). Rounding is monotone,
-so for every float32 number b, x < b implies y <= b: y can only *land on* a breakpoint b
-(y == b while x != b), never cross one. The breakpoints of the targets here are float32
-numbers whose low k bits are zero (k = 16 for formats of at most 8 bits, whose breakpoints
-are bf16 numbers; k = 15 for bf16, whose midpoints carry one more bit). So where y's low k
-bits are zero and x != y, y is moved one float32 step toward x (integer ±1 on the magnitude
-bits): it then lies strictly between the same two breakpoints as x, and every rounding of it
-to such a target equals the single rounding of x. This is the only double rounding a cast
-can introduce, and the step removes it.
+round-to-nearest cast: monotone, overflow to ±inf, subnormals kept). Rounding is monotone, so
+for every float32 number b, x < b implies y <= b: y can only *land on* a breakpoint b (y == b
+while x != b), never cross one. The breakpoints of the targets here are float32 numbers whose
+low k bits are zero (k = 16 for formats of at most 8 bits, whose breakpoints are bf16 numbers; k
+= 23 - M - 1 for an IEEE format with M mantissa bits, whose midpoints carry one bit more than
+its members: 15 for bf16, 12 for fp16). So where y's low k bits (the grid mask; a smaller mask
+than needed only looks at more values) are zero and x != y, y is moved one float32 step toward x
+(integer ±1 on the magnitude bits): it then lies strictly between the same two breakpoints as x,
+and every rounding of it to such a target equals the single rounding of x. This is the only
+double rounding a cast can introduce, and the step removes it.
 
-Cases: an overflow (y = ±inf, x finite) steps to ±max_float32; an underflow to ±0 steps to
-the smallest subnormal of x's sign; NaN and values that are exact in float32 stay as they are.
-Only the landed elements (about 2^-k of random data; all of data already on the target's grid)
-are looked at again, and only the inexact ones among them are moved.
+Cases: an overflow (y = ±inf, x finite) steps to ±max_float32; an underflow to ±0 steps to the
+smallest subnormal of x's sign; NaN and values that are exact in float32 stay as they are. Only
+the landed elements (about 2^-k of random data; all of data already on the target's grid) are
+looked at again, and only the inexact ones among them are moved.
 """
 
 from __future__ import annotations
