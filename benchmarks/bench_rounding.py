@@ -15,7 +15,10 @@ interleaved rounds after one warm-up call each, and medians are compared. Sectio
   float64     float64 input against float32 input, for every format of 8 bits or fewer
               (ml_dtypes and torch round float64 twice, through float32, so they are not timed).
   threads     the chunk kernels on one thread and on the pool (PRECISIONLAB_THREADS, else the
-              CPUs), 2^18 to 2^24 elements, and the smallest size where the pool was faster.
+              CPUs), 2^18 to 2^26 elements, and the smallest size where the pool was faster.
+  p3109       the IEEE P3109 formats and the rounding modes against precisionlab's own e4m3
+              nearest-even rate, and gfloat's round_ndarray (the P3109 reference) on n/16 values
+              after its outputs are compared with precisionlab's.
   targets     each target of the engine-speed work: met or missed, with the measured ratio.
 
 Nothing is asserted: the machine may be shared (its load average is printed first and last).
@@ -48,7 +51,11 @@ SMALL = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m
 SMALL_SIZES = (1, 10, 1000, 10_000)
 EIGHT_BIT = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "ue8m0", "int8", "int4", "uint8")
 THREAD_SIZES = tuple(1 << k for k in (18, 20, 22, 24, 26))
-SECTIONS = ("throughput", "small", "float64", "threads")
+P3109 = ("binary8p3se", "binary8p4se", "binary8p3uf", "binary8p4sf", "binary6p3se", "binary8p1ue", "binary8p8ue")
+MODES = ("nearest_even", "toward_zero", "toward_positive", "toward_negative", "to_odd")
+GFLOAT_MODES = {"nearest_even": "TiesToEven", "toward_zero": "TowardZero", "toward_positive": "TowardPositive",
+                "toward_negative": "TowardNegative"}  # gfloat 0.5 has no ToOdd
+SECTIONS = ("throughput", "small", "float64", "threads", "p3109")
 
 OVERHEAD_MAX = 3.0
 FLOAT64_MAX = 2.0
@@ -209,6 +216,46 @@ def threads(repeat: int) -> list[Target]:
              worst >= 1.0)]
 
 
+def p3109(n: int, repeat: int) -> list[Target]:
+    """P3109 formats and rounding modes against precisionlab's e4m3 nearest-even, and gfloat."""
+    try:
+        import gfloat
+        from gfloat.formats import format_info_p3109
+        from gfloat.types import Domain, RoundMode, Signedness
+    except ImportError:
+        gfloat = None
+    x = np.random.default_rng(4).standard_normal(n).astype(np.float32)
+    small = x[: max(n // 16, 1)]
+    rows = [("e4m3", mode) for mode in MODES] + [(name, "nearest_even") for name in P3109]
+    rows += [("binary8p3se", mode) for mode in MODES[1:]]
+    contenders = {(name, mode): (lambda name=name, mode=mode: pl.round_to(x, name, rounding=mode))
+                  for name, mode in rows}
+    times = interleaved(contenders, repeat)  # type: ignore[arg-type]
+    base = times[("e4m3", "nearest_even")]
+    print(f"\n## P3109 formats and rounding modes: {n} float32 values, Melem/s (median of {repeat} interleaved "
+          f"rounds); 'vs e4m3': time of e4m3 nearest_even over this row's; gfloat on {small.size} values")
+    print(f"{'format':<12} {'mode':<16} {'precisionlab':>12} {'vs e4m3':>8} {'gfloat':>8} {'vs gfloat':>10} "
+          f"{'differing':>10}")
+    for name, mode in rows:
+        peer, differ = float("nan"), ""
+        fmt = pl.get_format(name)
+        if gfloat is not None and name.startswith("binary") and mode in GFLOAT_MODES:
+            info = format_info_p3109(fmt.bits, fmt.man_bits + 1,
+                                     Signedness.Signed if fmt.signed else Signedness.Unsigned,
+                                     Domain.Extended if fmt.extended else Domain.Finite)
+            rnd = getattr(RoundMode, GFLOAT_MODES[mode])
+            sample = small if fmt.signed else np.abs(small)  # gfloat passes negatives to unsigned formats through
+            with np.errstate(over="ignore"):
+                theirs = gfloat.round_ndarray(info, sample, rnd)
+                differ = str(differing(pl.round_to(sample, fmt, rounding=mode), theirs))
+                run = {"gfloat": lambda i=info, r=rnd, s=sample: gfloat.round_ndarray(i, s, r)}
+                peer = sample.size / interleaved(run, max(1, repeat // 2))["gfloat"] / 1e6
+        ours = n / times[(name, mode)] / 1e6
+        print(f"{fmt.name:<12} {mode:<16} {ours:12.0f} {base / times[(name, mode)]:7.2f}x {peer:8.1f} "
+              f"{ours / peer:9.0f}x {differ:>10}")
+    return []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1 << 24)
@@ -231,6 +278,8 @@ def main() -> None:
         targets += float64(min(args.n, 1 << 22), args.repeat)
     if "threads" in chosen:
         targets += threads(args.repeat)
+    if "p3109" in chosen:
+        targets += p3109(min(args.n, 1 << 22), args.repeat)
     print(f"\n## targets (load average now {load()})")
     for what, ratio, met in targets:
         print(f"{'met   ' if met else 'MISSED'}  {ratio:8.2f}  {what}")

@@ -15,6 +15,16 @@ Encoding rules, on the magnitude code c = (field << M) | mant:
     fn         only the all-ones magnitude code is NaN (one per sign)
     fnuz       every magnitude code is a number; the negative-zero code is the one NaN
     finite     every code is a number
+    extended   (fn, fnuz) the largest magnitude code that is not NaN is ±inf (P3109)
+
+Rounding, as the P3109 draft's Project step defines it: round x on the format's grid with the
+exponent unbounded above (RoundToPrecision), then Saturate the result into [M_lo, M_hi], where
+M_hi = max_finite and M_lo = -max_finite (signed) or the smallest value (unsigned: 0 where the
+format has a zero). Out of range: saturate / saturate_propagate give the bound (saturate_propagate
+keeps an infinite input infinite where the format has inf); a mode that moved the value toward the
+range (toward_zero; toward_positive below it; toward_negative above it) gives the bound for a finite
+input; otherwise ±inf where the format has that infinity, else NaN (P3109 SatNone), and a format with
+neither saturates.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ import numpy as np
 
 ENCODINGS = ("ieee", "fn", "fnuz", "finite")
 MODES = ("nearest_even", "nearest_away", "toward_zero")
+NEW_MODES = ("toward_positive", "toward_negative", "to_odd")
+SATURATING = ("saturate", "saturate_propagate")
 
 
 def floor_log2(x: Fraction) -> int:
@@ -62,10 +74,13 @@ class RefFormat:
     signed: bool = True
     subnormals: bool = True
     ties_up: bool = False
+    extended: bool = False
 
     def __post_init__(self) -> None:
         if self.encoding not in ENCODINGS:
             raise ValueError(self.encoding)
+        if self.extended and self.encoding not in ("fn", "fnuz"):
+            raise ValueError("extended needs fn or fnuz")
 
     # --- codes -------------------------------------------------------------------------
     @property
@@ -77,8 +92,11 @@ class RefFormat:
         field, mant = code >> self.M, code & ((1 << self.M) - 1)
         if self.encoding == "ieee" and field == self.top_field:
             return "inf" if mant == 0 else "nan"
-        if self.encoding == "fn" and code == (1 << (self.E + self.M)) - 1:
+        all_ones = (1 << (self.E + self.M)) - 1
+        if self.encoding == "fn" and code == all_ones:
             return "nan"
+        if self.extended and code == all_ones - (1 if self.encoding == "fn" else 0):
+            return "inf"
         if field == 0 and self.subnormals:
             return mant * pow2(1 - self.bias - self.M)
         return ((1 << self.M) + mant) * pow2(field - self.bias - self.M)
@@ -89,9 +107,8 @@ class RefFormat:
         all_ones = (1 << (self.E + self.M)) - 1
         if self.encoding == "ieee":  # the whole top field is inf / NaN: the binade below, all ones
             return ((self.top_field - 1) << self.M) | ((1 << self.M) - 1)
-        if self.encoding == "fn":
-            return all_ones - 1
-        return all_ones
+        below_nan = all_ones - 1 if self.encoding == "fn" else all_ones
+        return below_nan - 1 if self.extended else below_nan  # extended: inf takes the top number code
 
     # --- derived limits -----------------------------------------------------------------
     @functools.cached_property
@@ -114,7 +131,7 @@ class RefFormat:
 
     @property
     def has_inf(self) -> bool:
-        return self.encoding == "ieee"
+        return self.encoding == "ieee" or self.extended
 
     @property
     def has_nan(self) -> bool:
@@ -173,7 +190,12 @@ class RefFormat:
 
     def overflow_value(self, negative: bool, policy: str | None = None) -> float:
         """What a finite value past ±max_finite becomes under the policy (None: the default)."""
-        return self._overflowed(negative, policy or self.default_overflow, "nearest_even")
+        return self._overflowed(negative, policy or self.default_overflow, "nearest_even", finite=True)
+
+    @property
+    def lowest(self) -> Fraction:
+        """M_lo of an unsigned format: its smallest value (0 where it has a zero)."""
+        return Fraction(0) if self.has_zero else self.min_positive
 
     # --- rounding -----------------------------------------------------------------------
     def round(self, x: float | int, mode: str = "nearest_even", overflow: str | None = None) -> float:
@@ -186,24 +208,44 @@ class RefFormat:
         if isinstance(x, float) and math.isnan(x):
             return math.nan
         negative = (x < 0) or (isinstance(x, float) and math.copysign(1.0, x) < 0)
-        if not self.signed:
-            if x < 0:  # nothing of an unsigned format lies below zero
-                return math.nan if self.has_nan else float(self.min_positive)
-            negative = False  # -0 is 0
-        if isinstance(x, float) and math.isinf(x):
-            return self._overflowed(negative, policy, mode="nearest_even")
+        infinite = isinstance(x, float) and math.isinf(x)
+        if negative and not self.signed:
+            return self._round_negative_unsigned(x, mode, policy)
+        if infinite:
+            return self._overflowed(negative, policy, mode, finite=False)
         magnitude = abs(Fraction(x))
-        rounded = self._round_magnitude(magnitude, mode)
+        rounded = self._round_magnitude(magnitude, mode, negative)
         if rounded is None:  # beyond the range
-            return self._overflowed(negative, policy, mode)
+            return self._overflowed(negative, policy, mode, finite=True)
         if rounded == 0:
             if not self.has_zero:
                 return math.nan if self.has_nan else float(self.min_positive)
             return -0.0 if negative and self.has_negative_zero else 0.0
         return -float(rounded) if negative else float(rounded)
 
-    def _round_magnitude(self, magnitude: Fraction, mode: str) -> Fraction | None:
-        """The rounded magnitude, or None when it lies beyond max_finite."""
+    def _round_negative_unsigned(self, x: float | int, mode: str, policy: str) -> float:
+        """x <= 0 (or -0.0, -inf) in an unsigned format: -0 and a rounding to zero are +0; a result
+        below zero is under the range [M_lo, M_hi]."""
+        if x == 0:  # -0.0
+            if not self.has_zero:
+                return math.nan if self.has_nan else float(self.min_positive)
+            return 0.0
+        infinite = isinstance(x, float) and math.isinf(x)
+        if not infinite and self.has_zero and self._round_magnitude(abs(Fraction(x)), mode, True) == 0:
+            return 0.0
+        toward_range = mode in ("toward_zero", "toward_positive") and not infinite
+        if policy in SATURATING or toward_range or not self.has_nan:
+            return float(self.lowest)
+        return math.nan  # P3109 SatNone: an unsigned format has no -inf
+
+    @staticmethod
+    def _moves_toward_zero(mode: str, negative: bool) -> bool:
+        """Whether the mode rounds the magnitude down (toward zero) for a value of this sign."""
+        return (mode == "toward_zero" or (mode == "toward_positive" and negative)
+                or (mode == "toward_negative" and not negative))
+
+    def _round_magnitude(self, magnitude: Fraction, mode: str, negative: bool = False) -> Fraction | None:
+        """The rounded magnitude of a value of the given sign, or None when it lies beyond max_finite."""
         if magnitude == 0:
             return Fraction(0)
         if not self.has_zero and magnitude < self.min_positive:
@@ -222,18 +264,27 @@ class RefFormat:
                 up = (self.M == 0 and self.ties_up) or self._code_is_odd(lower)
             else:
                 up = frac > Fraction(1, 2)
+        elif mode in ("toward_positive", "toward_negative"):
+            up = frac > 0 and not self._moves_toward_zero(mode, negative)
+        elif mode == "to_odd":
+            up = frac > 0 and not self._code_is_odd(lower)
         elif mode != "toward_zero":
             raise ValueError(mode)
         rounded = lower + quantum if up else lower
         if rounded > self.max_finite:
-            return self.max_finite if mode == "toward_zero" else None
+            return self.max_finite if self._moves_toward_zero(mode, negative) else None
         return rounded
 
     def _code_is_odd(self, lower: Fraction) -> bool:
         return self.code_of(lower) % 2 == 1
 
-    def _overflowed(self, negative: bool, policy: str, mode: str) -> float:
-        if policy == "saturate" or mode == "toward_zero":
+    def _overflowed(self, negative: bool, policy: str, mode: str, finite: bool) -> float:
+        """What a value past ±max_finite (finite, or ±inf) becomes."""
+        if finite and self._moves_toward_zero(mode, negative):
+            magnitude = float(self.max_finite)
+        elif policy == "saturate_propagate" and not finite and self.has_inf:
+            magnitude = math.inf
+        elif policy in SATURATING:
             magnitude = float(self.max_finite)
         elif policy == "inf":
             magnitude = math.inf
@@ -251,6 +302,7 @@ def ref_format(fmt: object) -> RefFormat:
         fmt.encoding.value,  # type: ignore[attr-defined]
         fmt.signed,  # type: ignore[attr-defined]
         fmt.subnormals,  # type: ignore[attr-defined]
+        extended=fmt.extended,  # type: ignore[attr-defined]
     )
 
 

@@ -157,7 +157,7 @@ def test_custom_errors() -> None:
 def test_cli_all_scenarios(run_cli) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("advise", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["findings"]["advise.fp8_portability.code_ratio"] == 2.0
     assert data["findings"]["advise.reduction.stall"] == 32
     assert data["findings"]["advise.kv_cache.format"].startswith("fp8")
@@ -170,7 +170,7 @@ def test_cli_custom_from_options(run_cli) -> None:  # type: ignore[no-untyped-de
     result = run_cli("advise", "--role", "weights", "--range-decades", "3", "--rel-error", "0.07", "--gpu", "mi300x",
                      "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["findings"]["advise.custom.format"] == "e4m3fnuz"
+    assert json.loads(result.stdout)["findings"]["advise.custom.format"] == "e4m3fnuz"
 
 
 def test_cli_model_override_and_terminal(run_cli) -> None:  # type: ignore[no-untyped-def]

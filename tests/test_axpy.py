@@ -48,7 +48,7 @@ def test_lab_quick_run() -> None:
 def test_cli_json(run_cli) -> None:  # type: ignore[no-untyped-def]
     res = run_cli("axpy", "--n", "4096", "--time-budget", "0.01", "--json")
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["lab"] == "axpy" and data["findings"]["axpy.fp32.gbps"] > 0
 
 

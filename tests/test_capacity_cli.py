@@ -13,7 +13,7 @@ from tests.test_capacity_config import LLAMA3_8B_CONFIG
 def findings(run_cli, *args: str) -> dict:  # type: ignore[no-untyped-def]
     result = run_cli("capacity", "--json", *args)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)["findings"]
+    return json.loads(result.stdout)["findings"]
 
 
 def test_required_findings(run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -90,7 +90,7 @@ def test_terminal_output_and_plots(run_cli, tmp_path: Path) -> None:  # type: ig
     (("--model", "gpt5"), "unknown model 'gpt5'"),
     (("--gpu", "h1000"), "unknown accelerator"),
     (("--reserve", "1.5"), "reserve"),
-    (("--config", "missing.json"), "cannot read model config"),
+    (("--config", "missing.json"), "error: no such file: missing.json"),
 ])
 def test_bad_input_is_one_line_exit_2(run_cli, args: tuple[str, ...], message: str) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("capacity", *args)

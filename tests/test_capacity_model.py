@@ -186,9 +186,8 @@ def test_capacity_counts_bytes_with_the_quant_byte_model() -> None:
     for scheme in (*WEIGHT_SCHEMES.values(), *KV_SCHEMES.values()):
         if scheme.quant is None or scheme.per_tensor:
             continue
-        q = quantize(x, scheme.storage)
-        extra = 0 if scheme.float_zero_format is None else 16 / scheme.group  # KIVI's fp16 minimum
-        assert scheme.bits_per_value == pytest.approx(q.bits_per_element + extra, rel=1e-12), scheme.name
+        q = quantize(x, scheme.storage)  # KIVI's fp16 group minimum is part of its scheme (min=fp16)
+        assert scheme.bits_per_value == pytest.approx(q.bits_per_element, rel=1e-12), scheme.name
     assert WEIGHT_SCHEMES["int4"].bits_per_value == 4 + (16 + 4) / 128
 
 

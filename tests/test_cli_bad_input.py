@@ -22,17 +22,17 @@ def _one_line_error(result, needle: str) -> None:  # type: ignore[no-untyped-def
 # --------------------------------------------------------------------------- explain
 def test_explain_negative_infinity_is_a_value(run_cli) -> None:  # type: ignore[no-untyped-def]
     # click read '-inf' as the flags -i -n -f and complained that -f needs an argument
-    data = json.loads(run_cli("explain", "-inf", "-f", "e2m1", "--json").output)
+    data = json.loads(run_cli("explain", "-inf", "-f", "e2m1", "--json").stdout)
     assert data["findings"]["stored.e2m1"] == -6.0  # fp4 saturates
-    data = json.loads(run_cli("explain", "-f", "fp16", "-inf", "--json").output)
+    data = json.loads(run_cli("explain", "-f", "fp16", "-inf", "--json").stdout)
     assert data["findings"]["stored.fp16"] == "-inf"
 
 
 def test_explain_infinity_in_an_integer_format(run_cli) -> None:  # type: ignore[no-untyped-def]
-    data = json.loads(run_cli("explain", "inf", "-f", "int8", "--json").output)
+    data = json.loads(run_cli("explain", "inf", "-f", "int8", "--json").stdout)
     row = dict(zip(data["sections"][0]["columns"], data["sections"][0]["rows"][0], strict=True))
     assert (row["stored"], row["below"], row["above"]) == (127.0, 127.0, "nan")  # nothing >= inf in int8
-    assert "stored.int4" in json.loads(run_cli("explain", "-inf", "-f", "all", "--json").output)["findings"]
+    assert "stored.int4" in json.loads(run_cli("explain", "-inf", "-f", "all", "--json").stdout)["findings"]
 
 
 @pytest.mark.parametrize("fmt", ["e2m1", "int8"])
@@ -79,9 +79,9 @@ def test_output_blocked_by_a_directory_names_it_and_leaves_no_temp(run_cli, tmp_
 
 def test_unwritable_csv_names_the_file_not_a_temporary(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "afile").write_text("x")
-    target = tmp_path / "afile" / "codes.csv"  # the parent is a file
+    target = tmp_path / "afile" / "codes"  # the parent is a file
     result = run_cli("formats", "--codes", "e4m3", "--csv", str(target))
-    _one_line_error(result, f"cannot write {target}")
+    _one_line_error(result, f"cannot write to {target}")
     assert ".tmp" not in result.output
 
 
@@ -102,7 +102,7 @@ def test_run_only_with_no_names_is_an_error(run_cli, tmp_path: Path) -> None:  #
 def test_out_of_memory_is_one_line(run_cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from precisionlab.labs import formats_table
 
-    def exhausted() -> None:
+    def exhausted(*_specs: str) -> None:
         raise MemoryError("Unable to allocate 364. TiB")
 
     monkeypatch.setattr(formats_table, "run", exhausted)
@@ -114,7 +114,7 @@ def test_quant_errors_after_the_file_is_read_are_one_line(run_cli, tmp_path: Pat
     # the progress bar printed an empty line before the error when stderr is not a terminal
     np.save(tmp_path / "w.npy", np.ones((4, 32), dtype=np.float32))
     out = str(tmp_path / "q.safetensors")
-    _one_line_error(run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int5", "-o", out), "unknown element")
+    _one_line_error(run_cli("quant", "save", str(tmp_path / "w.npy"), "-s", "int9", "-o", out), "unknown element")
     nan = np.ones((4, 32), dtype=np.float32)
     nan[0, 0] = np.nan
     np.save(tmp_path / "n.npy", nan)

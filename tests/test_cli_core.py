@@ -14,7 +14,7 @@ import precisionlab as pl
 def test_formats_json_has_the_derived_table(run_cli) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("formats", "--json")
     assert result.exit_code == 0
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["lab"] == "formats"
     table = data["sections"][0]
     rows = {row[0]: dict(zip(table["columns"], row, strict=True)) for row in table["rows"]}
@@ -32,9 +32,10 @@ def test_formats_terminal_table(run_cli) -> None:  # type: ignore[no-untyped-def
 
 
 def test_code_table_and_csv(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "e4m3.csv"
-    result = run_cli("formats", "--codes", "e4m3", "--csv", str(out))
+    result = run_cli("formats", "--codes", "e4m3", "--csv", str(tmp_path / "golden"))
     assert result.exit_code == 0
+    out = tmp_path / "golden" / "formats_codes_e4m3.csv"
+    assert f"wrote {out}" in result.output
     with out.open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 256
@@ -42,12 +43,12 @@ def test_code_table_and_csv(run_cli, tmp_path: Path) -> None:  # type: ignore[no
     assert float(by_code["0x7e"]["value"]) == 448.0 and by_code["0x7f"]["value"] == "nan"
     assert by_code["0x80"]["value"] == "-0.0" and by_code["0x01"]["class"] == "subnormal"
     assert by_code["0x40"]["bits"] == "0|1000|000"
-    json_rows = json.loads(run_cli("formats", "--codes", "e2m1", "--json").output)["sections"][0]["rows"]
+    json_rows = json.loads(run_cli("formats", "--codes", "e2m1", "--json").stdout)["sections"][0]["rows"]
     assert [r[2] for r in json_rows[:8]] == [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 
 def test_explain_value(run_cli) -> None:  # type: ignore[no-untyped-def]
-    data = json.loads(run_cli("explain", "0.1", "--format", "bf16", "--json").output)
+    data = json.loads(run_cli("explain", "0.1", "--format", "bf16", "--json").stdout)
     row = dict(zip(data["sections"][0]["columns"], data["sections"][0]["rows"][0], strict=True))
     assert row["code"] == "0x3dcd"
     assert (row["sign"], row["exponent"], row["mantissa"]) == ("0", "01111011", "1001101")
@@ -58,10 +59,10 @@ def test_explain_value(run_cli) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_explain_all_and_modes(run_cli) -> None:  # type: ignore[no-untyped-def]
-    data = json.loads(run_cli("explain", "1e6", "--format", "all", "--json").output)
+    data = json.loads(run_cli("explain", "1e6", "--format", "all", "--json").stdout)
     stored = data["findings"]
     assert stored["stored.fp16"] == "inf" and stored["stored.e4m3"] == "nan" and stored["stored.e2m1"] == 6.0
-    sat = json.loads(run_cli("explain", "1e6", "-f", "e4m3", "--overflow", "saturate", "--json").output)
+    sat = json.loads(run_cli("explain", "1e6", "-f", "e4m3", "--overflow", "saturate", "--json").stdout)
     assert sat["findings"]["stored.e4m3"] == 448.0
     away = json.loads(run_cli("explain", "1.00048828125", "-f", "tf32", "--rounding", "nearest_away",
                               "--json").output)
@@ -69,16 +70,16 @@ def test_explain_all_and_modes(run_cli) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_explain_negative_values_need_no_separator(run_cli) -> None:  # type: ignore[no-untyped-def]
-    data = json.loads(run_cli("explain", "-3.5", "-f", "e2m1", "--json").output)
+    data = json.loads(run_cli("explain", "-3.5", "-f", "e2m1", "--json").stdout)
     row = dict(zip(data["sections"][0]["columns"], data["sections"][0]["rows"][0], strict=True))
     # -3.5 is the midpoint of -3 (mantissa 1, odd) and -4 (mantissa 0, even): ties to even give -4
     assert (row["stored"], row["below"], row["above"], row["code"]) == (-4.0, -4.0, -3.0, "0xe")
 
 
 def test_explain_decodes_a_code(run_cli) -> None:  # type: ignore[no-untyped-def]
-    data = json.loads(run_cli("explain", "0x7e", "--format", "e4m3", "--json").output)
+    data = json.loads(run_cli("explain", "0x7e", "--format", "e4m3", "--json").stdout)
     assert data["findings"]["value"] == 448.0
-    fnuz = json.loads(run_cli("explain", "0x80", "--format", "e4m3fnuz", "--json").output)
+    fnuz = json.loads(run_cli("explain", "0x80", "--format", "e4m3fnuz", "--json").stdout)
     assert fnuz["findings"]["value"] == "nan"
 
 
@@ -137,7 +138,7 @@ def test_version(run_cli) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(("args", "needle"), [(("formats", "--codes"), "requires an argument"),
                                               (("explain", "1", "--bogus"), "--bogus"),
-                                              (("nosuchcommand",), "No such command")])
+                                              (("nosuchcommand",), "no such command")])
 def test_click_usage_errors_are_one_line_too(run_cli, args: tuple[str, ...], needle: str) -> None:  # type: ignore[no-untyped-def]
     result = run_cli(*args)
     assert result.exit_code == 2

@@ -161,3 +161,19 @@ def test_nf4_encode_is_nearest_at_its_midpoints() -> None:
             for dtype in (np.float32, np.float64):
                 if float(dtype(x)) == x:
                     assert NF4.encode(np.array([x], dtype=dtype))[0] == ideal, (x, dtype)
+
+
+@pytest.mark.parametrize(("name", "bits", "signed"), [("int5", 5, True), ("int6", 6, True), ("uint2", 2, False),
+                                                     ("uint5", 5, False), ("int16", 16, True), ("uint1", 1, False)])
+def test_custom_integers(name: str, bits: int, signed: bool) -> None:
+    fmt = pl.get_format(name)
+    assert (fmt.name, fmt.bits, fmt.signed) == (name, bits, signed)
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    assert (fmt.min_value, fmt.max_value) == (low, high)
+    assert name not in [f.name for f in pl.list_formats()]  # looked up, not listed
+
+
+@pytest.mark.parametrize("name", ["int1", "int0", "uint33", "int123"])
+def test_impossible_custom_integers(name: str) -> None:
+    with pytest.raises(ValueError, match=r"integer format|unknown format"):
+        pl.get_format(name)

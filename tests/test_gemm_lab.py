@@ -73,7 +73,7 @@ def test_cli_json_and_png(run_cli, tmp_path) -> None:  # type: ignore[no-untyped
                   "--ceiling-size", "64", "--time-budget", "0.01", "--accelerator", "h200", "--json",
                   "--out", str(out))
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert data["lab"] == "gemm"
     assert data["findings"]["gemm.fp16_acc16.passed"] is False
     assert (out / "gemm_roofline.png").exists()

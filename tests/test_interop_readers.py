@@ -107,7 +107,8 @@ def test_every_smollm2_tensor_equals_gguf_dequantize() -> None:
         assert t.shape == tuple(reversed([int(d) for d in rt.shape]))  # numpy order: ne reversed
         assert t.stored_nbytes == rt.n_bytes
         assert same_bits(t.dequantize(), expected), rt.name
-    assert ckpt["token_embd.weight"].scheme == "int8:g32"
+    assert ckpt["token_embd.weight"].scheme == "gguf_q8_0"
+    assert {t.scheme for t in ckpt.values() if t.layout == "gguf:Q4_1"} == {"gguf_q4_1"}
     assert ckpt.metadata["general.architecture"] == "llama"
 
 

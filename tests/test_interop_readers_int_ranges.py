@@ -82,5 +82,5 @@ def test_gguf_q4_0_reports_full_neg(tmp_path: Path) -> None:
     data = np.random.default_rng(2).normal(size=(4, 64)).astype(np.float32)
     write_gguf(tmp_path / "q.gguf", {"w": (data, "Q4_0")})
     t = pl.read_checkpoint(tmp_path / "q.gguf")["w"]
-    assert t.scheme == "int4:g32:range=full_neg"
+    assert t.scheme == "gguf_q4_0" and pl.parse_scheme(t.scheme).int_range == "full_neg"  # codes -8..7, d = max/-8
     del gguf

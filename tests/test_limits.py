@@ -279,7 +279,7 @@ def test_out_dir_gets_the_plots(lab_json: dict[str, Any]) -> None:
         (["--formats", "int8"], "integer format"),
         (["--value", "abc"], "--value must be a number"),
         (["--value", "nan"], "--value must be finite"),
-        (["--value", "1e400"], "--value must be finite"),
+        (["--value", "1e400"], "beyond float64's range"),
         (["--formats", ","], "--formats needs at least one format"),
         (["--min-log2-n", "9", "--max-log2-n", "8"], "min_log2_n <= max_log2_n"),
         (["--max-log2-n", "25"], "<= 24"),

@@ -29,7 +29,7 @@ def test_census_of_a_file_matches_the_library(run_cli, tmp_path: Path) -> None: 
     np.save(path, values)
     result = run_cli("lossscale", "census", str(path), "--json")
     assert result.exit_code == 0, result.output
-    findings = json.loads(result.output)["findings"]
+    findings = json.loads(result.stdout)["findings"]
     # direct count: numpy's float32 -> float16 cast rounds once (nearest even), like the census
     rounded = np.abs(values.astype(np.float16).astype(np.float64))
     nonzero = values != 0
@@ -45,7 +45,7 @@ def test_census_of_a_file_matches_the_library(run_cli, tmp_path: Path) -> None: 
 def test_census_csv_histogram(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "h.csv"
     path.write_text("magnitude,count\n1e-9,6\n1e-6,3\n0.5,1\n")
-    findings = json.loads(run_cli("lossscale", "census", str(path), "--json").output)["findings"]
+    findings = json.loads(run_cli("lossscale", "census", str(path), "--json").stdout)["findings"]
     # 1e-9 < 2^-25 flushes (6 of 10); 1e-6 is subnormal (3 of 10); 0.5 is normal
     assert findings["census.fp16.zero_fraction"] == pytest.approx(0.6)
     assert findings["census.fp16.subnormal_fraction"] == pytest.approx(0.3)
@@ -56,7 +56,7 @@ def test_bill_json(run_cli) -> None:  # type: ignore[no-untyped-def]
     result = run_cli("lossscale", "bill", "--params", "7e9", "--optimizer", "adam", "--devices", "8", "--zero", "3",
                      "--json")
     assert result.exit_code == 0, result.output
-    findings = json.loads(result.output)["findings"]
+    findings = json.loads(result.stdout)["findings"]
     assert findings["bill.mixed_precision_adam.bytes_per_param"] == 16
     assert findings["bill.mixed_precision_adam.total_gb"] == pytest.approx(7e9 * 16 / 1e9)
     assert findings["bill.mixed_precision_adam.per_device_gb"] == pytest.approx(7e9 * 16 / 8 / 1e9)
@@ -66,7 +66,7 @@ def test_full_lab_json_and_plots(run_cli, tmp_path: Path) -> None:  # type: igno
     out = tmp_path / "out"
     result = run_cli("lossscale", "--quick", "--json", "--out", str(out))
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     for key in REQUIRED:
         assert key in data["findings"], key
     assert data["findings"]["train.fp16_plain.stalled"] is True
@@ -110,7 +110,7 @@ def test_census_of_float64_subnormal_gradients(run_cli, tmp_path: Path) -> None:
     np.save(path, np.array([1e-310, 0.0]))
     result = run_cli("lossscale", "census", str(path), "--json")
     assert result.exit_code == 0, result.output
-    findings = json.loads(result.output)["findings"]
+    findings = json.loads(result.stdout)["findings"]
     k = findings["census.max_power_of_two_exponent"]
     assert Fraction(1e-310) * 2**k < 65520 <= Fraction(1e-310) * 2 ** (k + 1)
     assert findings["census.max_power_of_two_scale"] == "inf"

@@ -166,3 +166,23 @@ def test_save_bad_input_writes_nothing(run_cli, tmp_path: Path) -> None:  # type
     from precisionlab.quant.safetensors_io import load_quantized
 
     assert np.isnan(load_quantized(out)["w"].dequantize()[1]).all()  # MX: the block is stored as NaN
+
+
+def test_compare_and_save_with_gguf_presets(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """gguf_* presets and min= from the command line; K-quant tensors are not written to safetensors."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((8, 512)) * 0.02).astype(np.float32)
+    write_safetensors(tmp_path / "m.safetensors", {"a.w": ("F32", w), "c.w": ("F32", np.resize(w, (4, 576)))})
+    data = _json(run_cli("quant", "compare", str(tmp_path / "m.safetensors"), "-s", "gguf_q4_1,gguf_q5_0",
+                         "-s", "uint4:g32:min=fp16", "--json"))
+    f = data["findings"]
+    assert f["compare.a.w.gguf_q4_1.bits_per_element"] == 5.0 and f["compare.c.w.gguf_q5_0.bits_per_element"] == 5.5
+    assert f["compare.a.w.uint4:g32:min=fp16.bits_per_element"] == 5.0
+    out = tmp_path / "q.safetensors"
+    data = _json(run_cli("quant", "save", str(tmp_path / "m.safetensors"), "-s", "gguf_q5_1", "-o", str(out),
+                         "--json"))
+    assert data["findings"]["save.tensors"] == 2
+    result = run_cli("quant", "save", str(tmp_path / "m.safetensors"), "-s", "gguf_q6_k", "-o",
+                     str(tmp_path / "k.safetensors"))
+    assert result.exit_code == 2 and "two-level" in result.output and result.output.count("\n") == 1
+    assert not (tmp_path / "k.safetensors").exists()

@@ -131,7 +131,7 @@ def test_bytes_count_everything() -> None:
     q = quantize(x, "int4:g128:asym")
     # 250 columns -> 2 groups of 128, the last padded with 6 zeros, stored and counted
     assert q.padded_elements == 64 * 6
-    assert q.byte_breakdown() == {"payload": 64 * 256 // 2, "scales": 128 * 2, "zero_points": 128 // 2,
+    assert q.byte_breakdown() == {"payload": 64 * 256 // 2, "scales": 128 * 2, "zero_points": 128 // 2, "mins": 0,
                                   "outliers": 0, "tensor_scale": 0}
     out = quantize(x, "int8:row:outliers=1")
     assert out.byte_breakdown()["outliers"] == 250 * 2 + 4

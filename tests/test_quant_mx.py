@@ -109,9 +109,16 @@ def test_packing_layouts() -> None:
     assert pack(np.array([1, 0xA, 3], dtype=np.uint8), 4).tolist() == [0xA1, 0x03]
     assert pack(np.array([1, 2, 3, 0, 2], dtype=np.uint8), 2).tolist() == [0b00111001, 0b10]
     rng = np.random.default_rng(0)
-    for bits in (2, 4, 6, 8):
+    for bits in (2, 4, 5, 6, 8):
         codes = rng.integers(0, 1 << bits, 101).astype(np.uint8)
         assert unpack(pack(codes, bits), bits, 101).tolist() == codes.tolist()
+
+
+def test_five_bit_codes_pack_eight_in_five_bytes() -> None:
+    codes = [3, 31, 0, 17, 8, 1, 30, 5]
+    word = sum(c << (5 * k) for k, c in enumerate(codes))  # c0 | c1 << 5 | ... | c7 << 35, low byte first
+    assert pack(np.array(codes, dtype=np.uint8), 5).tolist() == list(word.to_bytes(5, "little"))
+    assert pack(np.array([31] * 9, dtype=np.uint8), 5).tolist() == [0xFF] * 5 + [0x1F, 0, 0, 0, 0]
 
 
 # ----------------------------------------------------------------------------- NVFP4

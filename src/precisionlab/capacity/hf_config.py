@@ -35,6 +35,8 @@ def read_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(2, "No such file or directory", str(path)) from None  # `error: no such file: PATH`
     except OSError as exc:
         raise OSError(f"cannot read model config {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

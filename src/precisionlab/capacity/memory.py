@@ -42,6 +42,36 @@ def check_tp(tp: int) -> None:
         raise ValueError(f"tensor-parallel degree must be a positive integer, got {tp!r}")
 
 
+def splits_heads(model: ModelShape, tp: int) -> bool:
+    """Whether tp devices can split the model's attention heads evenly (see head_split)."""
+    if model.heads % tp:
+        return False
+    return model.is_mla or model.kv_heads % tp == 0 or tp % model.kv_heads == 0
+
+
+def head_split(model: ModelShape, tp: int) -> str:
+    """How tensor parallelism over tp devices splits the attention heads, in words; ValueError when it cannot.
+
+    Each device computes heads/tp query heads, so tp must divide the query heads. The KV heads are split the
+    same way when tp divides them, and replicated when tp is a multiple of them (each device holds one KV
+    head, each KV head lives on tp/Hkv devices); any other degree leaves some devices with a share of a head,
+    which serving stacks refuse (vLLM's rule). An MLA latent cache is replicated on every device."""
+    check_tp(tp)
+    q, kv = model.heads, model.kv_heads
+    if not splits_heads(model, tp):
+        degrees = [d for d in range(1, q + 1) if splits_heads(model, d)]
+        what = (f"{q} query heads ({q}/{tp} is not whole)" if q % tp else
+                f"{kv} KV heads ({tp} neither divides {kv} nor is a multiple of it)")
+        raise ValueError(f"tensor parallelism over {tp} devices cannot split {model.name}'s {what}; "
+                         f"degrees that split its heads evenly: {', '.join(map(str, degrees))}")
+    if model.is_mla:
+        return f"{q // tp} query heads per device; the MLA latent cache is replicated on all {tp}"
+    if kv % tp == 0:
+        return f"{q // tp} query heads and {kv // tp} KV heads per device"
+    return (f"{q // tp} query heads and 1 KV head per device (each of the {kv} KV heads replicated on "
+            f"{tp // kv} devices)")
+
+
 def check_reserve(reserve: float) -> None:
     if not 0 <= reserve < 1:
         raise ValueError(f"memory reserve is a fraction of device memory in [0, 1), got {reserve}")

@@ -69,7 +69,7 @@ def roofline(bytes_moved: float, flops: float, accelerator: Accelerator, precisi
 
 def bare_decode(params: float, bits_per_param: float, accelerator: Accelerator, precision: str = "bf16") -> Roofline:
     """Batch-1 decode of a model that is nothing but `params` weights: 2 FLOPs per weight,
-    params · bits / 8 bytes read per token (the seed's worked example)."""
+    params · bits / 8 bytes read per token (the course notes' worked example)."""
     return roofline(params * bits_per_param / 8, 2 * params, accelerator, precision)
 
 

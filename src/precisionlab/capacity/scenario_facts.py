@@ -22,7 +22,14 @@ from precisionlab.capacity.format_choice import (
     template_fields,
     unit_roundoff,
 )
-from precisionlab.capacity.memory import DEFAULT_RESERVE, GB, GiB, cache_exceeds_weights_context, max_batch
+from precisionlab.capacity.memory import (
+    DEFAULT_RESERVE,
+    GB,
+    GiB,
+    cache_exceeds_weights_context,
+    head_split,
+    max_batch,
+)
 from precisionlab.capacity.models import ModelShape, context_label, get_model
 from precisionlab.capacity.roofline import decode_step, prefill
 from precisionlab.capacity.schemes import (
@@ -122,7 +129,8 @@ def serve_facts(inp: Inputs) -> dict[str, Any]:
     }
 
 
-# The seed's stagnation example: summing COUNT terms of TERM in a per-step-rounded fp16 sum.
+# The stagnation example of the “Precision & Quantization” course notes: summing COUNT terms of TERM in a
+# per-step-rounded fp16 sum.
 STAGNATION_TERM = 1e-2
 STAGNATION_COUNT = 10**6
 
@@ -159,6 +167,7 @@ def reduction_facts(inp: Inputs) -> dict[str, Any]:
 def kv_facts(inp: Inputs) -> dict[str, Any]:
     """A KV cache at long context: bytes, batch capacity and decode speed in fp16 against fp8."""
     model = inp.model or get_model("llama3_8b")
+    head_split(model, inp.tp)  # an uneven split is an error that names the degrees that work
     acc = inp.accelerator
     ctx = inp.long_context
     fit16 = max_batch(model, acc, "bf16", "fp16", ctx, inp.reserve, inp.tp)
@@ -225,7 +234,13 @@ def custom_facts(inp: Inputs) -> dict[str, Any]:
                          f"for {inp.bound}-bound {inp.role} on {inp.accelerator.name}")
     best = found[0]
     wider = [c for c in found[1:] if c.roundoff <= best.roundoff and c.decades >= best.decades]
-    fallback = wider[0].name if wider else "fp64"
+    if wider:
+        fallback = wider[0].name
+    elif best.name != "fp64":
+        fallback = "fp64"
+    else:  # the widest format already: revert to an algorithm, not a format
+        fallback = ("nothing wider exists (fp64 is the widest format here): compensated sums (Kahan, pairwise) or "
+                    "exact arithmetic (math.fsum, rationals)")
     fmt = get_format(best.name)
     ref = get_format("bf16")
     scaled = isinstance(fmt, IntFormat) or fmt.bits <= 8

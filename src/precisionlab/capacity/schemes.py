@@ -3,7 +3,8 @@
 A scheme is either a 16-bit format with no scales (bf16, fp16) or a `precisionlab.quant` scheme string,
 and its bytes are `precisionlab.quant.stored_bytes` of that scheme: packed codes (a ragged last group
 padded and counted), one scale per group in the scale format, integer zero points at the element's
-width. So `capacity` and `quant` count the same bytes. Bits per value:
+width, float block minimums (min=) at their format's width. So `capacity` and `quant` count the same bytes.
+Bits per value:
 
     weights   bits_per_element(scheme, (8 R, C))   for R x C blocks (groups: R = 1), amortised over 8
                                                    blocks so that sub-byte zero points fill whole bytes
@@ -16,10 +17,9 @@ Assumptions (the usual published choices):
   KV int8       : `int8:g64`, symmetric groups of 64 values along the head dimension, fp16 scale (8.25 bits).
   KV int4       : `int4:g64:asym`, groups of 64, fp16 scale + a 4-bit integer zero point (4.3125 bits).
   KV kivi2      : 2-bit KIVI (arXiv:2402.02750): keys per channel over 32-token groups, values per token in
-                  32-value groups; `int2:g32` codes and fp16 scales plus KIVI's per-group fp16 minimum (its
-                  zero point is a float, which quant's integer zero points do not model: counted on top, 16
-                  bits per group), so 2 + 16/32 + 16/32 = 3 bits; the most recent 128 tokens stay in fp16
-                  (KIVI's residual window).
+                  32-value groups; `uint2:g32:min=fp16`: unsigned 2-bit codes, an fp16 scale and KIVI's fp16
+                  group minimum (a float offset, x_hat = q * s + m, not an integer zero point), so
+                  2 + 16/32 + 16/32 = 3 bits; the most recent 128 tokens stay in fp16 (KIVI's residual window).
   weights bf16  : no scales.       fp8 : `e4m3:block128x128`, fp32 scale (DeepSeek-V3's recipe).
   weights int8  : `int8:g128`, symmetric groups of 128 input channels, fp16 scale (8.125 bits).
   weights int4  : `int4:g128:asym`, fp16 scale + 4-bit zero point per 128 (GPTQ / AWQ's g128 layout:
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from precisionlab.capacity.models import ModelShape, ceil_div
+from precisionlab.capacity.models import ModelShape
 from precisionlab.formats import get_format
 from precisionlab.quant import Granularity, bits_per_element, parse_scheme, stored_bytes
 from precisionlab.quant import Scheme as QuantScheme
@@ -46,14 +46,12 @@ AMORTISE_BLOCKS = 8
 class Scheme:
     """How one stored value is kept: `storage` is a 16-bit format name (no scales) or a quant scheme string.
 
-    `recent_window` (KV only): newest tokens kept in fp16. `float_zero_format` (KIVI): a per-group zero point
-    stored as a float of that format rather than as quant's integer zero point (counted on top of the scheme).
+    `recent_window` (KV only): newest tokens kept in fp16.
     """
 
     name: str
     storage: str
     recent_window: int = 0
-    float_zero_format: str | None = None
     note: str = ""
 
     def __post_init__(self) -> None:
@@ -91,10 +89,6 @@ class Scheme:
         return self.quant is not None and self.quant.granularity is Granularity.TENSOR
 
     @property
-    def _float_zero_bits(self) -> int:
-        return 0 if self.float_zero_format is None else get_format(self.float_zero_format).bits
-
-    @property
     def bits_per_value(self) -> float:
         """Amortised bits per value: quant's bytes of AMORTISE_BLOCKS blocks (per-tensor scales left out)."""
         q = self.quant
@@ -104,7 +98,7 @@ class Scheme:
             return float(self.value_bits)
         rows = q.block_rows if q.granularity is Granularity.BLOCK else 1
         shape = (AMORTISE_BLOCKS * rows, q.group)
-        return bits_per_element(q, shape) + self._float_zero_bits / self.group
+        return bits_per_element(q, shape)
 
     def vector_bits(self, length: int) -> float:
         """Bits to store one cached vector of `length` values, a partial group paid in full (with its
@@ -115,8 +109,7 @@ class Scheme:
         parts = stored_bytes(q, (AMORTISE_BLOCKS, length))
         if self.per_tensor:
             parts = {**parts, "scales": 0, "tensor_scale": 0}
-        groups = ceil_div(length, self.group) if self.group else 0
-        return 8 * sum(parts.values()) / AMORTISE_BLOCKS + groups * self._float_zero_bits
+        return 8 * sum(parts.values()) / AMORTISE_BLOCKS
 
     @property
     def fixed_scale_bytes_per_layer(self) -> int:
@@ -133,7 +126,7 @@ KV_SCHEMES: dict[str, Scheme] = {
     "fp8": Scheme("fp8", "e4m3", note="e4m3, per-tensor fp32 scale for K and for V in each layer"),
     "int8": Scheme("int8", "int8:g64", note="symmetric, g64 along head dim, fp16 scale"),
     "int4": Scheme("int4", "int4:g64:asym", note="asymmetric, g64, fp16 scale + 4-bit zero point"),
-    "kivi2": Scheme("kivi2", "int2:g32", recent_window=128, float_zero_format="fp16",
+    "kivi2": Scheme("kivi2", "uint2:g32:min=fp16", recent_window=128,
                     note="2-bit KIVI: g32 fp16 scale + fp16 minimum; newest 128 tokens in fp16"),
 }
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, lab_output_options, positive_int
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int
 
 
 @click.command("audit")
@@ -58,27 +58,11 @@ def COMMAND(checkpoint: Path, schemes: tuple[str, ...], workers: int, scheduler:
         click.echo(f"error: {exc}", err=True)
         click.get_current_context().exit(2)
     result = audit_lab.build(run)
-    _emit(result, as_json, out_dir)
+    emit(result, as_json, out_dir, findings=False)  # a checkpoint has thousands of keys: the tables carry them
     failed = result.findings["audit.totals.errors"]
     if failed:
         click.echo(f"warning: {failed} tensor(s) could not be audited (their error is in the note column); "
                    "run again to retry them", err=True)
-
-
-def _emit(result: Any, as_json: bool, out_dir: Path | None) -> None:
-    """Like cli.common.emit, without the findings table (a checkpoint has thousands of keys; the tables
-    carry them, --json prints them all)."""
-    from precisionlab.report.outputs import dumps, write_lab
-
-    written = write_lab(result, out_dir) if out_dir is not None else []
-    if as_json:
-        click.echo(dumps(result.to_dict()))
-        return
-    from precisionlab.report.terminal import render
-
-    render(result, findings=False)
-    for path in written:
-        click.echo(f"wrote {path}")
 
 
 @contextlib.contextmanager

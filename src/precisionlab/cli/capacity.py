@@ -65,8 +65,8 @@ def COMMAND(model: str, config: Path | None, name: str | None, gpu: str, memory:
             as_json: bool, out_dir: Path | None) -> None:
     """KV cache per token/sequence/batch, batch capacity at 4k/32k/128k, and decode on the roofline.
 
-    Includes the seed's worked example: a bare 13e9-parameter model at 3 TB/s decodes
-    about 115 tokens/s in fp16, 231 in int8 and 462 in int4.
+    Includes the worked example of the “Precision & Quantization” course notes: a bare
+    13e9-parameter model at 3 TB/s decodes about 115 tokens/s in fp16, 231 in int8 and 462 in int4.
     """
     from precisionlab.labs.capacity import run
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, positive_int, progress_bar
+from precisionlab.cli.common import emit, lab_output_options, positive_int, progress
 from precisionlab.gemm.variants import ACC_ROUNDINGS, NARROW_ACC_BITS, NARROW_ACC_ROUNDING
 
 
@@ -53,6 +53,6 @@ def COMMAND(backend: str, size: int, gemv_size: int, tile: int, acc_bits: int, a
         "backend": backend, "accelerator": accelerator, "peak_tflops": peak_tflops, "bandwidth": bandwidth,
         "gpu_size": gpu_size}
     gemm.check_options(**options, seed=seed)  # bad input fails here, before the progress bar starts
-    with progress_bar(gemm.STAGES, "gemm") as stage:
+    with progress(gemm.STAGES, "gemm") as stage:
         result = gemm.run(**options, seed=seed, stage=stage)
     emit(result, as_json, out_dir)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import inspect
-import math
 from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options
+from precisionlab.cli.common import StepLog, emit, lab_output_options, parse_real
 from precisionlab.labs import limits
 from precisionlab.labs.result import LabResult
 
@@ -17,14 +16,8 @@ DEFAULTS = {name: p.default for name, p in inspect.signature(limits.run).paramet
 
 
 def parse_value(text: str) -> float:
-    """A finite real number, or ValueError with a one-line message."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"--value must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"--value must be finite, got {text!r}")
-    return value
+    """A finite real number, or ValueError with a one-line message (the rule `explain` uses too)."""
+    return parse_real(text, "--value", allow_infinity=False)
 
 
 def parse_formats(text: str | None) -> list[str] | None:
@@ -87,14 +80,16 @@ def _run_with_progress(options: dict[str, object]) -> LabResult:
     """Run the lab with a transient progress bar on stderr (one step per section).
 
     The bar starts at the lab's first section, after it has checked its options, so a bad
-    option prints only the one-line error; it is not drawn when stderr is not a terminal.
+    option prints only the one-line error. Off a terminal: one line per section as it starts,
+    with the seconds so far.
     """
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
     console = Console(stderr=True)
     if not console.is_terminal:
-        return limits.run(**options)  # type: ignore[arg-type]
+        log = StepLog("limits", limits.SECTION_STEPS)
+        return limits.run(progress=lambda section: log(f"starting {section}"), **options)  # type: ignore[arg-type]
     progress = Progress(console=console, transient=True)
     task: TaskID | None = None
 

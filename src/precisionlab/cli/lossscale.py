@@ -8,28 +8,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, positive_int
+from precisionlab.cli.common import busy, emit, lab_output_options, positive_int
 from precisionlab.labs.lossscale import LAB, run
-
-
-@contextlib.contextmanager
-def _busy(message: str) -> Iterator[None]:
-    """A spinner on stderr while the training runs (only on a terminal; stdout stays clean)."""
-    if not sys.stderr.isatty():
-        yield
-        return
-    from rich.console import Console
-
-    with Console(stderr=True).status(message):
-        yield
-
 
 _STEPS = click.option("--steps", default=400, show_default=True, callback=positive_int,
                       help="Training steps per variant.")
@@ -56,7 +40,7 @@ def COMMAND(ctx: click.Context, steps: int, samples: int, quick: bool, as_json: 
     if quick and given:
         raise click.UsageError(f"--quick sets the sizes itself; drop {' and '.join(given)} or --quick")
     options = dict(LAB.quick) if quick else {"steps": steps, "samples": samples}
-    with _busy("training every variant in emulated precision"):
+    with busy("training every variant in emulated precision"):
         result = run(**options)
     emit(result, as_json, out_dir)
 
@@ -79,7 +63,7 @@ def census_command(file: Path | None, as_json: bool, out_dir: Path | None) -> No
 @lab_output_options
 def train_command(steps: int, samples: int, as_json: bool, out_dir: Path | None) -> None:
     """Train a toy regression in fp32, fp16 (plain, + master, + loss scaling), bf16, and the two traps."""
-    with _busy("training every variant in emulated precision"):
+    with busy("training every variant in emulated precision"):
         result = run(parts=("train",), steps=steps, samples=samples)
     emit(result, as_json, out_dir)
 

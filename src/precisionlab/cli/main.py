@@ -1,20 +1,25 @@
 """Entry point: the `precisionlab` command group; commands are discovered from this package.
 
 Exit codes: 0 success, 2 bad input (one line `error: ...`), 1 an internal error (a bug: type,
-message and how to get the traceback). `precisionlab --debug CMD` or PRECISIONLAB_DEBUG=1 prints tracebacks.
+message and how to get the traceback), 130 interrupted (Ctrl-C: one line, nothing half-written).
+`precisionlab --debug CMD` or PRECISIONLAB_DEBUG=1 prints tracebacks. Every command, including
+the ones added later, gets this handling from FriendlyGroup (see docs/cli.md).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import pkgutil
+import sys
 import traceback
 from typing import Any
 
 import click
 
 from precisionlab import __version__
+from precisionlab.cli.common import ARGV
 from precisionlab.peers import install_hint
 
 _NOT_COMMANDS = {"main", "common"}
@@ -31,6 +36,59 @@ BUG_HINT = ("this is a bug in precisionlab, not a problem with your input; pleas
             "ran and the traceback (rerun with --debug or PRECISIONLAB_DEBUG=1)")
 
 
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
+BROKEN_PIPE = 141
+"""Exit code when the reader of stdout went away (`precisionlab ... | head`): 128 + SIGPIPE, silently."""
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a file problem: `no such file: PATH` for a missing one, else the reason and the path."""
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"no such file: {exc.filename}"
+    if exc.filename and exc.strerror:
+        return f"{exc.strerror.lower()}: {exc.filename}"
+    if exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def option_names(command: click.Command) -> list[str]:
+    return [opt for param in command.params if isinstance(param, click.Option)
+            for opt in [*param.opts, *param.secondary_opts]]
+
+
+def misspelt_option(exc: click.NoSuchOption) -> str:
+    """`no such option --formt (did you mean --format?)`, matched on the names without their dashes."""
+    command = exc.ctx.command if exc.ctx is not None else None
+    names = [n for n in option_names(command) if n.startswith("--")] if command is not None else []
+    bare = {n.lstrip("-"): n for n in names}
+    close = difflib.get_close_matches(exc.option_name.lstrip("-"), list(bare), n=2, cutoff=0.7)
+    hint = f" (did you mean {' or '.join(bare[c] for c in close)}?)" if close else ""
+    return f"no such option {exc.option_name}{hint}"
+
+
+def bad_parameter(exc: click.BadParameter) -> str:
+    """`--size: must be a positive integer, got 0`: the option as typed, then what is wrong with it."""
+    param = exc.param
+    if isinstance(param, click.Option) and param.opts:
+        name = max(param.opts, key=len)
+    elif param is not None:
+        name = param.human_readable_name
+    else:
+        name = str(exc.param_hint or "value")
+    return f"{name}: {exc.message}"
+
+
+def usage_lines(ctx: click.Context) -> list[str]:
+    """The usage line of a group and its subcommands, for a group called without one."""
+    command = ctx.command
+    lines = [ctx.get_usage()]
+    if isinstance(command, click.Group):
+        lines.append(f"commands: {', '.join(command.list_commands(ctx))} (see `{ctx.command_path} --help`)")
+    return lines
+
+
 def debug_enabled(ctx: click.Context) -> bool:
     flag = bool(ctx.find_root().params.get("debug"))
     return flag or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
@@ -41,20 +99,57 @@ class FriendlyGroup(click.Group):
     (anything else: TypeError, KeyError, AttributeError, ...) as a bug report and exit 1;
     --debug (or PRECISIONLAB_DEBUG=1) prints the traceback of either."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        typed = list(args)  # parsing consumes the list: keep the command as typed, for the provenance
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        if parent is None:
+            ctx.meta[ARGV] = typed
+        return ctx
+
+    @staticmethod
+    def _usage_error(ctx: click.Context, exc: click.UsageError) -> None:
+        """One line (click would print three: usage, hint, error), lowercase like every other error."""
+        where = (exc.ctx or ctx).command_path
+        message = exc.format_message().strip()
+        if message[:1].isupper() and not message[1:2].isupper():
+            message = message[:1].lower() + message[1:]
+        click.echo(f"error: {message} (see `{where} --help`)", err=True)
+        ctx.exit(2)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except click.UsageError as exc:
-            # click would print three lines (usage, hint, error); keep it to one.
-            where = (exc.ctx or ctx).command_path
-            click.echo(f"error: {exc.format_message()} (see `{where} --help`)", err=True)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            # a group called without its subcommand: its usage and subcommands, not the whole help
+            for line in usage_lines(exc.ctx or ctx):
+                click.echo(line, err=True)
             ctx.exit(2)
+        except click.NoSuchOption as exc:
+            click.echo(f"error: {misspelt_option(exc)} (see `{(exc.ctx or ctx).command_path} --help`)", err=True)
+            ctx.exit(2)
+        except click.BadParameter as exc:
+            if isinstance(exc, click.MissingParameter):
+                self._usage_error(ctx, exc)
+            where = (exc.ctx or ctx).command_path
+            click.echo(f"error: {bad_parameter(exc)} (see `{where} --help`)", err=True)
+            ctx.exit(2)
+        except click.UsageError as exc:
+            self._usage_error(ctx, exc)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except KeyboardInterrupt:
+            # staging folders were removed on the way out: nothing was half-written
+            click.echo("interrupted", err=True)
+            ctx.exit(INTERRUPTED)
+        except BrokenPipeError:
+            _silence_stdout()
+            ctx.exit(BROKEN_PIPE)
         except USER_ERRORS as exc:
             if debug_enabled(ctx):
                 traceback.print_exc()
-            click.echo(f"error: {exc}", err=True)
+            message = os_error_message(exc) if isinstance(exc, OSError) else str(exc)
+            click.echo(f"error: {message}", err=True)
             ctx.exit(2)
         except MemoryError as exc:
             # sizes are bounded where they are checked, but a large input file or a small machine can
@@ -77,6 +172,15 @@ class FriendlyGroup(click.Group):
             ctx.exit(1)
 
 
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def _discover(group: click.Group) -> None:
     package = importlib.import_module("precisionlab.cli")
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
@@ -88,14 +192,15 @@ def _discover(group: click.Group) -> None:
             group.add_command(command)
 
 
-@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("precisionlab", cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="precisionlab")
 @click.option("--debug", is_flag=True,
               help=f"Print the full traceback of any error (also: {DEBUG_ENV}=1).")
 def cli(debug: bool) -> None:
     """precisionlab: exact number formats, honest quantization, measured numerical hazards.
 
-    Bad input exits with code 2 and one line `error: ...`; an internal error (a bug) exits with 1.
+    Bad input exits with code 2 and one line `error: ...`; an internal error (a bug) exits with 1;
+    Ctrl-C exits with 130 and leaves no half-written file.
     """
 
 

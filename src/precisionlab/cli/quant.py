@@ -1,4 +1,4 @@
-"""`precisionlab quant`: Lab 3 (demo), Exercise 3 (drill), and schemes compared on your tensors.
+"""`precisionlab quant`: the outlier demo, the per-group int8 drill, and schemes compared on your tensors.
 
     precisionlab quant demo [--cols N --ratio R --window W]
     precisionlab quant drill [--seed S]
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress_bar
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress
 
 
 @contextlib.contextmanager
@@ -43,6 +43,49 @@ def _one_line_messages() -> Iterator[None]:
         warnings.showwarning = original
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def selection_options(vectors: bool) -> Callable[[F], F]:
+    """--include / --exclude / --min-size / --keep-embeddings (and, for save, --vectors): which tensors of a
+    .safetensors model file are quantized (labs.quant_compare.Selection); the others pass through."""
+    options = [
+        click.option("--include", "include", multiple=True, metavar="PATTERN",
+                     help="Quantize only tensors whose name matches one of these patterns (fnmatch: '*.mlp.*'); "
+                          "repeatable."),
+        click.option("--exclude", "exclude", multiple=True, metavar="PATTERN",
+                     help="Never quantize tensors whose name matches (e.g. '*norm*'); repeatable."),
+        click.option("--min-size", type=int, default=1, show_default=True, callback=positive_int,
+                     help="Quantize only tensors of at least this many elements."),
+        click.option("--keep-embeddings", is_flag=True,
+                     help="Pass embeddings and lm_head through unchanged (*embed*, *lm_head*, *wte*, *wpe*, "
+                          "output.weight)."),
+    ]
+    if vectors:
+        options.append(click.option("--vectors", is_flag=True,
+                                    help="Also quantize 1-D tensors (biases, norm scales); by default only matrices "
+                                         "are quantized and 1-D tensors pass through unchanged."))
+
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def make_selection(include: tuple[str, ...], exclude: tuple[str, ...], min_size: int, keep_embeddings: bool,
+                   matrices_only: bool) -> Any:
+    from precisionlab.labs.quant_compare import Selection
+
+    return Selection(include=tuple(split_patterns(include)), exclude=tuple(split_patterns(exclude)),
+                     min_size=min_size, matrices_only=matrices_only, keep_embeddings=keep_embeddings)
+
+
+def split_patterns(values: tuple[str, ...]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 @click.group("quant")
 def COMMAND() -> None:
     """Quantization schemes with honest byte accounting (int, fp8/fp6/fp4, nf4, MX, NVFP4)."""
@@ -56,7 +99,7 @@ def COMMAND() -> None:
               help="Delayed-scaling amax history length.")
 @lab_output_options
 def demo(cols: int, ratio: float, window: int, as_json: bool, out_dir: Path | None) -> None:
-    """Lab 3: per-tensor vs per-row int8, an outlier row in fp16, block formats, FP8 delayed scaling."""
+    """Outlier demo: per-tensor vs per-row int8, an outlier row in fp16, block formats, FP8 delayed scaling."""
     from precisionlab.labs.quant_demo import run
 
     if not 0 < ratio <= 1e5:  # the outlier row (amax ~0.07 * ratio) must stay inside fp16 for outliers=1
@@ -68,7 +111,7 @@ def demo(cols: int, ratio: float, window: int, as_json: bool, out_dir: Path | No
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the deterministic matrix.")
 @lab_output_options
 def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
-    """Exercise 3: per-tensor, per-row and g = 128..8 int8 with fp16 scales; outlier alignment."""
+    """Per-group int8 drill: per-tensor, per-row and g = 128..8 int8 with fp16 scales; outlier alignment."""
     from precisionlab.labs.quant_drill import run
 
     emit(run(seed=seed), as_json, out_dir)
@@ -79,16 +122,23 @@ def drill(seed: int, as_json: bool, out_dir: Path | None) -> None:
 @click.option("--schemes", "-s", multiple=True,
               help="Scheme strings, comma-separated or repeated (default: int8:row, int4:g128, nf4:g64, mxfp8, "
                    "mxfp4, nvfp4, dsv3_weight).")
+@selection_options(vectors=False)
 @lab_output_options
-def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path | None) -> None:
-    """Every scheme on every float tensor of FILE (.npy or .safetensors, one tensor at a time; bf16 included)."""
+def compare(file: Path, schemes: tuple[str, ...], include: tuple[str, ...], exclude: tuple[str, ...], min_size: int,
+            keep_embeddings: bool, as_json: bool, out_dir: Path | None) -> None:
+    """Every scheme on every float tensor of FILE (.npy or .safetensors, one tensor at a time; bf16 included).
+
+    A tensor a scheme cannot take gets an empty row with the reason; --include / --exclude / --min-size /
+    --keep-embeddings choose the tensors of a .safetensors file.
+    """
     from precisionlab.labs import quant_compare
 
     chosen = list(quant_compare.split_schemes(schemes)) or list(quant_compare.DEFAULT_SCHEMES)
+    selection = make_selection(include, exclude, min_size, keep_embeddings, matrices_only=False)
     with _one_line_messages():
-        total = quant_compare.progress_total(file, chosen)
-        with progress_bar(total, "quantizing") as advance:
-            result = quant_compare.compare(file, chosen, progress=advance)
+        total = quant_compare.progress_total(file, chosen, selection)
+        with progress(total, "quantizing") as advance:
+            result = quant_compare.compare(file, chosen, progress=advance, selection=selection)
     emit(result, as_json, out_dir)
 
 
@@ -97,13 +147,21 @@ def compare(file: Path, schemes: tuple[str, ...], as_json: bool, out_dir: Path |
 @click.option("--scheme", "-s", required=True, help="One scheme string, e.g. int4:g128, mxfp4, nvfp4, dsv3_weight.")
 @click.option("--output", "-o", required=True, type=NonEmptyPath(dir_okay=False, path_type=Path),
               help="The tagged .safetensors file to write (golden codes and scales).")
+@selection_options(vectors=True)
 @lab_output_options
-def save(file: Path, scheme: str, output: Path, as_json: bool, out_dir: Path | None) -> None:
-    """Quantize every float tensor of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file."""
+def save(file: Path, scheme: str, output: Path, include: tuple[str, ...], exclude: tuple[str, ...], min_size: int,
+         keep_embeddings: bool, vectors: bool, as_json: bool, out_dir: Path | None) -> None:
+    """Quantize the weight matrices of FILE (.npy or .safetensors) with one scheme into a tagged safetensors file.
+
+    Every tensor that is not quantized (integers, 1-D biases and norms, names left out by --include /
+    --exclude / --min-size / --keep-embeddings, a tensor the scheme cannot take) is written through
+    unchanged, and the file's tag records it as such, with the reason.
+    """
     from precisionlab.labs import quant_compare
 
+    selection = make_selection(include, exclude, min_size, keep_embeddings, matrices_only=not vectors)
     with _one_line_messages():
-        total = len(quant_compare.iter_tensors(file)[0])
-        with progress_bar(total, "quantizing") as advance:
-            result = quant_compare.quantize_file(file, scheme, output, progress=advance)
+        total = len(quant_compare.file_tensors(file))
+        with progress(total, "quantizing") as advance:
+            result = quant_compare.quantize_file(file, scheme, output, progress=advance, selection=selection)
     emit(result, as_json, out_dir)

@@ -1,36 +1,62 @@
-"""`precisionlab run`: every registered lab, one report (results.json, index.html, PNGs)."""
+"""`precisionlab run`: every registered lab, one report (results.json, index.html, PNGs).
+
+The report folder is written whole: it is built in a staging folder beside --out (created, and so
+checked for writability, before the first lab runs) and swapped in at the end; an error or Ctrl-C
+leaves the previous report as it was. An existing --out must be a previous report or empty.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, progress_bar
+from precisionlab.cli.common import NonEmptyPath, progress, provenance, stderr_is_terminal
 from precisionlab.labs import all_labs, select_labs
 
 
 @click.command("run")
 @click.option("--out", "out_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=Path("out"),
-              show_default=True, help="Directory for results.json, index.html and the PNG plots.")
+              show_default=True, help="Directory for results.json, index.html and the PNG plots (replaced whole).")
 @click.option("--quick", is_flag=True, help="Use each lab's small, fast settings.")
 @click.option("--only", default=None,
               help="Comma-separated lab names to run; a command's name runs all its labs (quant: demo and drill).")
-def COMMAND(out_dir: Path, quick: bool, only: str | None) -> None:
-    """Run every lab at its default size and write one report."""
-    from precisionlab.report.outputs import write_run
+@click.option("--csv", "csv_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
+              help="Also write every table of every lab as CSV into this directory (<lab>_<table>.csv).")
+@click.option("--svg", is_flag=True, help="An SVG beside each PNG (the report links to it).")
+def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, svg: bool) -> None:
+    """Run every lab at its default size and write one report.
+
+    Off a terminal (CI logs, pipes) one line per finished lab, with its time, goes to stderr.
+    """
+    from precisionlab.report.folders import files_folder, report_folder
+    from precisionlab.report.outputs import write_csv_files, write_report_files
 
     labs = all_labs() if only is None else select_labs([name.strip() for name in only.split(",") if name.strip()])
+    record = provenance()
     results, timings = [], []
-    with progress_bar(len(labs), "labs") as step:
-        for lab in labs:
-            step(f"running {lab.name}", advance=0)
-            start = time.perf_counter()
-            results.append(lab.run(**(lab.quick if quick else {})))
-            timings.append(time.perf_counter() - start)
-            step(f"ran {lab.name}")
-    write_run(results, out_dir)
+    logged = not stderr_is_terminal()
+    with contextlib.ExitStack() as folders:
+        stage = folders.enter_context(report_folder(out_dir))  # fails here, before any lab, if unwritable
+        csv_stage = folders.enter_context(files_folder(csv_dir)) if csv_dir is not None else None
+        with progress(len(labs), "labs") as step:
+            for number, lab in enumerate(labs, 1):
+                step(f"running {lab.name}", advance=0)
+                start = time.perf_counter()
+                results.append(lab.run(**(lab.quick if quick else {})))
+                timings.append(time.perf_counter() - start)
+                if logged:
+                    click.echo(f"ran {lab.name} in {timings[-1]:.1f} s ({number}/{len(labs)})", err=True)
+                else:
+                    step(f"ran {lab.name}")
+        start = time.perf_counter()
+        write_report_files(results, stage, record, svg)
+        if csv_stage is not None:
+            write_csv_files(results, csv_stage)
+        if logged:
+            click.echo(f"wrote the report in {time.perf_counter() - start:.1f} s", err=True)
     for result, seconds in zip(results, timings, strict=True):
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
                    f"{len(result.findings):>4} findings  {seconds:6.2f} s")
@@ -38,3 +64,5 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None) -> None:
         for part in result.skipped:
             click.echo(f"skipped in {result.name}: {part.message()}")
     click.echo(f"wrote {out_dir / 'results.json'} and {out_dir / 'index.html'}")
+    if csv_dir is not None:
+        click.echo(f"wrote {sum(len(r.sections) for r in results)} CSV tables to {csv_dir}")

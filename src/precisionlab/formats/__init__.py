@@ -3,6 +3,7 @@
 from precisionlab.formats.codebook import NF4, CodebookFormat
 from precisionlab.formats.float_format import Encoding, FloatFormat, Overflow
 from precisionlab.formats.int_format import IntFormat
+from precisionlab.formats.p3109 import p3109_format, p3109_formats
 from precisionlab.formats.registry import (
     FLOAT_FORMATS,
     INT_FORMATS,
@@ -27,4 +28,6 @@ __all__ = [
     "get_float_format",
     "get_format",
     "list_formats",
+    "p3109_format",
+    "p3109_formats",
 ]

@@ -1,12 +1,16 @@
 """Binary floating-point formats described by (E, M, bias, encoding).
 
-A format stores only its defining fields; every limit is derived:
+A format stores only its defining fields; every limit is derived. The magnitude codes
+c = (field << M) | mantissa run from 0 to 2^(E+M) - 1; the top few are not numbers:
 
+    specials at the top = 2^M (IEEE: the all-ones exponent is inf/NaN) | 1 (FN: the all-ones
+                          code is NaN) | 0 (FNUZ, FINITE), plus 1 for an extended format (±inf
+                          in the largest code that is not NaN, as P3109's extended domain)
+    max finite code     = 2^(E+M) - 1 - specials at the top
+    emax                = (max finite code >> M) - bias
+    max finite          = (2^M + (max finite code mod 2^M)) * 2^(emax - M)
+                          IEEE/FNUZ/FINITE: (2 - 2^-M) * 2^emax; FN: (2 - 2^(1-M)) * 2^emax (E4M3: 448)
     emin           = 1 - bias                     (exponent of the smallest normal)
-    emax           = (2^E - 2) - bias             IEEE: the all-ones exponent is inf/NaN
-                   = (2^E - 1) - bias             otherwise (the top exponent holds numbers)
-    max finite     = (2 - 2^-M) * 2^emax          IEEE, FNUZ, FINITE
-                   = (2 - 2^(1-M)) * 2^emax       FN: the all-ones code is NaN (E4M3: 448)
     min normal     = 2^emin
     min subnormal  = 2^(emin - M)
     ulp(1)         = 2^-M
@@ -37,12 +41,20 @@ class Encoding(Enum):
     """Neither inf nor NaN: every code is a number (OCP fp6 e3m2/e2m3 and fp4 e2m1)."""
 
 
+SPECIALS_AT_TOP = {Encoding.FN: 1, Encoding.FNUZ: 0, Encoding.FINITE: 0}
+"""Magnitude codes at the top of the code space that are not numbers (IEEE: 2^M, the whole top binade)."""
+
+
 class Overflow(Enum):
     """What a finite value beyond ±max_finite (or ±inf) becomes."""
 
     INF = "inf"
     NAN = "nan"
     SATURATE = "saturate"
+    """Clamp to ±max_finite, ±inf included (P3109 SatFinite, PTX .satfinite)."""
+    SATURATE_PROPAGATE = "saturate_propagate"
+    """Finite values past ±max_finite clamp to it; ±inf stays ±inf where the format has inf, and
+    clamps where it has none (P3109 SatPropagate)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,8 @@ class FloatFormat:
     encoding: Encoding = Encoding.IEEE
     signed: bool = True
     subnormals: bool = True
+    extended: bool = False
+    """±inf in the largest magnitude code that is not NaN (P3109's extended domain: fn or fnuz only)."""
     stored_bits: int | None = None
     """Container width when it differs from the format's own width (tf32: 19 bits held in 32)."""
 
@@ -77,11 +91,12 @@ class FloatFormat:
         return True
 
     @property
-    def defining_fields(self) -> tuple[int, int, int, Encoding, bool, bool]:
-        """(E, M, bias, encoding, signed, subnormals): everything that decides the format's values
-        and codes. Two formats with equal defining fields are one format under two names (the
+    def defining_fields(self) -> tuple[int, int, int, Encoding, bool, bool, bool]:
+        """(E, M, bias, encoding, signed, subnormals, extended): everything that decides the format's
+        values and codes. Two formats with equal defining fields are one format under two names (the
         name and the container width stored_bits change neither)."""
-        return (self.exp_bits, self.man_bits, self.bias, self.encoding, self.signed, self.subnormals)
+        return (self.exp_bits, self.man_bits, self.bias, self.encoding, self.signed, self.subnormals,
+                self.extended)
 
     @property
     def top_exponent_field(self) -> int:
@@ -90,7 +105,7 @@ class FloatFormat:
     # --- special values ---------------------------------------------------------
     @property
     def has_inf(self) -> bool:
-        return self.encoding is Encoding.IEEE
+        return self.encoding is Encoding.IEEE or self.extended
 
     @property
     def has_nan(self) -> bool:
@@ -121,22 +136,32 @@ class FloatFormat:
         return 1 - self.bias if self.subnormals else -self.bias
 
     @property
+    def specials_at_top(self) -> int:
+        """How many of the largest magnitude codes are inf or NaN (see the module docstring)."""
+        base = (1 << self.man_bits) if self.encoding is Encoding.IEEE else SPECIALS_AT_TOP[self.encoding]
+        return base + int(self.extended)
+
+    @property
+    def max_finite_code(self) -> int:
+        """The largest magnitude code (sign bit clear) that holds a finite number."""
+        return (1 << (self.exp_bits + self.man_bits)) - 1 - self.specials_at_top
+
+    @property
+    def inf_code(self) -> int:
+        """The magnitude code of +inf: the one above max_finite_code (IEEE: all-ones exponent, mantissa 0)."""
+        if not self.has_inf:
+            raise ValueError(f"{self.name} has no infinity")
+        return self.max_finite_code + 1
+
+    @property
     def emax(self) -> int:
         """Exponent of the largest finite number's binade."""
-        top = self.top_exponent_field
-        if self.encoding is Encoding.IEEE:
-            return top - 1 - self.bias
-        if self.encoding is Encoding.FN and self.man_bits == 0:
-            return top - 1 - self.bias  # the all-ones exponent is the NaN code itself
-        return top - self.bias
+        return (self.max_finite_code >> self.man_bits) - self.bias
 
     @property
     def max_mantissa_at_emax(self) -> int:
         """Largest mantissa field usable in the top binade (FN loses the all-ones pattern to NaN)."""
-        full = (1 << self.man_bits) - 1
-        if self.encoding is Encoding.FN and self.man_bits > 0:
-            return full - 1
-        return full
+        return self.max_finite_code & ((1 << self.man_bits) - 1)
 
     # --- limits, exact and as floats (cached: the engine reads them on every call) ----
     @cached_property
@@ -201,6 +226,10 @@ def _problems(fmt: FloatFormat) -> str:
         return "needs at least one exponent bit"
     if fmt.man_bits < 0:
         return "mantissa bits cannot be negative"
+    if not isinstance(fmt.extended, bool):
+        return f"extended must be a bool, got {fmt.extended!r}"
+    if fmt.extended and fmt.encoding not in (Encoding.FN, Encoding.FNUZ):
+        return "extended (±inf below the NaN code) needs the fn or fnuz encoding (ieee has its own inf)"
     if fmt.encoding is Encoding.IEEE and fmt.exp_bits < 2:
         return "an IEEE-style format needs at least 2 exponent bits (one exponent is inf/NaN)"
     if fmt.encoding is Encoding.FNUZ and not fmt.signed:
@@ -213,8 +242,8 @@ def _problems(fmt: FloatFormat) -> str:
         return "more than 52 mantissa bits cannot be emulated exactly in float64"
     if fmt.encoding is Encoding.IEEE and fmt.man_bits == 0:
         return "an IEEE-style format needs a mantissa bit to encode NaN"
-    if fmt.emax < fmt.emin:
-        return "no finite normal binade"
+    if fmt.max_finite_code < 0 or (fmt.max_finite_code >> fmt.man_bits == 0 and fmt.subnormals):
+        return "no finite normal number (its top codes are all inf or NaN)"
     if fmt.emax > 1023 or fmt.emin < -1022:
         return "its range does not fit inside float64, which the emulation computes in"
     return ""

@@ -92,7 +92,8 @@ dropped), the behaviour reported for Hopper's fp8 MMA; 'nearest_even' is the opt
 
 
 def standard_variants(acc_bits: int = NARROW_ACC_BITS, acc_rounding: str = NARROW_ACC_ROUNDING) -> list[Variant]:
-    """The lab's rows: Lab 2's four, the fp8 storage rows and the fp8 accumulation rows."""
+    """The lab's rows: the four storage × accumulator rows (fp32, fp16, bf16, fp16 with an fp16
+    accumulator), the fp8 storage rows and the fp8 accumulation rows."""
     narrow = narrow_accumulator(acc_bits)
     return [
         Variant("fp32", "fp32", label="fp32 storage, fp32 acc"),

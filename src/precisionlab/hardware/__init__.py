@@ -85,12 +85,13 @@ PRESETS: dict[str, Accelerator] = {
                          "int8": 1979}, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
     # NVIDIA DGX B200 datasheet, per GPU (the system's figures over 8): 1,440 GB -> 180 GB HBM3e,
     # 64 TB/s -> 8 TB/s (the later HGX B200 table lists 7.7 TB/s; override with --bandwidth), dense
-    # 2.25 PFLOP/s bf16, 4.5 fp8, 9 fp4 (the seed chapter: FP4 9 PFLOPS dense, 18 sparse, against
-    # 4.5 for FP8), 1.1 tf32, 37 TF fp64 (296 TF over 8).
+    # 2.25 PFLOP/s bf16, 4.5 fp8, 9 fp4 (“Low precision: FP8, FP4, and microscaling”: FP4 9 PFLOPS dense,
+    # 18 sparse, against 4.5 for FP8), 1.1 tf32, 37 TF fp64 (296 TF over 8).
     "b200": Accelerator("B200 180GB", 180, 8000,
                         {"fp64": 37, "fp32": 75, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500,
                          "fp4": 9000, "int8": 4500},
-                        "NVIDIA DGX B200 datasheet (per GPU); seeds/004 (FP4 vs FP8 peaks)"),
+                        "NVIDIA DGX B200 datasheet (per GPU); “Low precision: FP8, FP4, and microscaling” "
+                        "(FP4 vs FP8 peaks)"),
     # AMD Instinct MI300X datasheet: 192 GB HBM3 at 5.3 TB/s; dense 1307.4 TFLOP/s fp16/bf16,
     # 2614.9 fp8 and int8, 653.7 tf32, 163.4 fp32 and fp64 (matrix).
     "mi300x": Accelerator("MI300X 192GB", 192, 5300,
@@ -98,7 +99,7 @@ PRESETS: dict[str, Accelerator] = {
                            "fp8": 2614.9, "int8": 2614.9}, "AMD Instinct MI300X datasheet; CDNA 3 white paper",
                           fp8_formats=("e4m3fnuz", "e5m2fnuz")),
     # NVIDIA A100 80GB SXM: 2.039 TB/s HBM2e; 312 bf16/fp16, 156 tf32, 19.5 fp32 (vector), 624 int8
-    # (the seed's A100 table, from the Ampere architecture whitepaper).
+    # (the A100 table of the “Precision & Quantization” course notes, from the Ampere architecture whitepaper).
     "a100": Accelerator("A100 SXM 80GB", 80, 2039,
                         {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312, "int8": 624},
                         "NVIDIA A100 datasheet; Ampere architecture whitepaper"),

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
-
 from precisionlab.capacity.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
-from precisionlab.capacity.format_choice import float_format
 from precisionlab.capacity.memory import DEFAULT_RESERVE
 from precisionlab.capacity.models import finding_key
 from precisionlab.formats import get_format
 from precisionlab.labs import Lab
 from precisionlab.labs.capacity import resolve_accelerator, resolve_model
-from precisionlab.labs.formats_table import format_table
+from precisionlab.labs.formats_table import format_table, two_e4m3_table
 from precisionlab.labs.result import LabResult, Scalar, Table
-from precisionlab.rounding import decode
 
 ADVICE_COLUMNS = ["scenario", "recommend", "range", "precision", "throughput", "risk accepted", "revert if"]
 CITED_FORMATS = ("fp32", "tf32", "bf16", "fp16", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "int8", "int4")
-TRAP_CODES = (0x00, 0x01, 0x08, 0x40, 0x77, 0x7E, 0x7F, 0x80, 0xFF)
 
 # Numbers each scenario reports as findings: advise.<scenario>.<fact>.
 FINDING_FACTS: dict[str, tuple[str, ...]] = {
@@ -40,23 +34,6 @@ def advice_table(items: list[Advice]) -> Table:
                  columns=ADVICE_COLUMNS, rows=rows,
                  note="Rules are data (precisionlab.capacity.advisor.RULES); their templates hold no numbers, "
                       "each is computed from get_format(...) limits, ulp/decode and the capacity model.")
-
-
-def fp8_trap_table() -> Table:
-    """Selected codes decoded as OCP E4M3 and as E4M3FNUZ: the same bits, different values."""
-    codes = np.array(TRAP_CODES, dtype=np.uint8)
-    ocp = np.asarray(decode(codes, "e4m3"), dtype=np.float64)
-    fnuz = np.asarray(decode(codes, "e4m3fnuz"), dtype=np.float64)
-    rows: list[list[Scalar]] = []
-    for code, a, b in zip(TRAP_CODES, ocp.tolist(), fnuz.tolist(), strict=True):
-        ratio = a / b if math.isfinite(a) and math.isfinite(b) and b != 0 else None
-        rows.append([f"0x{code:02X}", format(code, "08b"), a, b, ratio])
-    e4, fz = float_format("e4m3"), float_format("e4m3fnuz")
-    return Table(key="fp8_trap", title="One byte, two meanings: OCP E4M3 against E4M3FNUZ",
-                 columns=["code", "bits", "OCP e4m3", "e4m3fnuz", "ratio"], rows=rows,
-                 formats={"OCP e4m3": ".6g", "e4m3fnuz": ".6g", "ratio": "g"},
-                 note=(f"OCP e4m3 (Hopper, Blackwell, Ada): bias {e4.bias}, max {e4.max_finite:g}; e4m3fnuz "
-                       f"(MI300X, gfx942): bias {fz.bias}, max {fz.max_finite:g}. Tag every fp8 checkpoint."))
 
 
 def run(scenario: str = "all", model: str | None = None, config: str | Path | None = None, name: str | None = None,
@@ -87,12 +64,13 @@ def run(scenario: str = "all", model: str | None = None, config: str | Path | No
             value = item.facts[fact]
             findings[f"advise.{item.scenario}.{fact}"] = float(value) if isinstance(value, float) else value
     findings["advise.fp8_portability.target_e4m3"] = inputs.accelerator.fp8_formats[0]
-    sections = [advice_table(items), fp8_trap_table(),
+    sections = [advice_table(items), two_e4m3_table(),
                 format_table([get_format(f) for f in CITED_FORMATS])]
     return LabResult(
         name="advise", title="Advise: which format, argued with range, precision, throughput and risk",
         sections=sections, findings=findings,
-        summary=("Range first (does it fit?), then precision (is the error small enough?), then throughput (is "
+        summary=("Recommended: " + "; ".join(f"{item.scenario} {item.format}" for item in items) + ". "
+                 "Range first (does it fit?), then precision (is the error small enough?), then throughput (is "
                  "the kernel memory- or compute-bound?), then the risk accepted and what would make you revert."),
         params={"scenario": scenario, "gpu": gpu_name, "model": shape.name if shape else None, "batch": batch,
                 "reserve": reserve, "tp": tp, "context": context, "long_context": long_context, "role": role,

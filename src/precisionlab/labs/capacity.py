@@ -20,6 +20,7 @@ from precisionlab.capacity import (
     decode_step,
     finding_key,
     get_model,
+    head_split,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     kv_bytes_per_token_per_layer,
@@ -28,6 +29,7 @@ from precisionlab.capacity import (
     max_batch,
     prefill,
     roofline,
+    splits_heads,
     weight_bytes,
 )
 from precisionlab.capacity.models import context_label
@@ -41,12 +43,14 @@ PROMPTS = (512, 2048, 8192, 32768)
 TP_DEGREES = (1, 2, 4, 8)
 DECODE_KV = ("fp16", "fp8", "int4")
 
-# The seed's worked example: a bare 13e9-parameter model on a GPU with 3 TB/s and ~1000 TFLOP/s.
-SEED_PARAMS = 13e9
-SEED_GPU = Accelerator("seed example GPU (3 TB/s, 1000 TFLOP/s)", memory_gb=80, bandwidth_gbs=3000,
-                       peak_tflops={"bf16": 1000, "fp16": 1000}, source="seeds/000, worked example")
-SEED_MODEL = "llama2_13b"  # a real 13B shape for the "what the KV cache changes" rows
-SEED_CONTEXT = 4096
+# The worked example of the “Precision & Quantization” course notes (module B04): a bare 13e9-parameter
+# model on a GPU with 3 TB/s and ~1000 TFLOP/s.
+WORKED_PARAMS = 13e9
+WORKED_GPU = Accelerator("worked-example GPU (3 TB/s, 1000 TFLOP/s)", memory_gb=80, bandwidth_gbs=3000,
+                       peak_tflops={"bf16": 1000, "fp16": 1000},
+                       source="“Precision & Quantization” course notes, worked example")
+WORKED_MODEL = "llama2_13b"  # a real 13B shape for the "what the KV cache changes" rows
+WORKED_CONTEXT = 4096
 
 
 def resolve_model(model: str = "llama3_8b", config: str | Path | None = None, name: str | None = None) -> ModelShape:
@@ -175,14 +179,14 @@ def crossover_table(model: ModelShape, batch: int, findings: dict[str, Scalar]) 
               "step, and quantizing it stops being optional; inf = never (a sliding window caps the cache)."))
 
 
-def seed_decode_table(findings: dict[str, Scalar]) -> Table:
-    """The seed's 13e9-parameter example, then what scale bytes and a KV cache change."""
-    ridge = SEED_GPU.ridge_flop_per_byte("bf16")
+def worked_decode_table(findings: dict[str, Scalar]) -> Table:
+    """The 13e9-parameter worked example (from the course notes), then what scale bytes and a KV cache change."""
+    ridge = WORKED_GPU.ridge_flop_per_byte("bf16")
     findings["decode.13b.ridge_flop_per_byte"] = ridge
     rows: list[list[Scalar]] = []
 
     def add(case: str, bits: float, roof_bytes: float, flops: float, key: str | None = None) -> None:
-        roof = roofline(roof_bytes, flops, SEED_GPU)
+        roof = roofline(roof_bytes, flops, WORKED_GPU)
         rows.append([case, bits, roof.bytes / GB, 1 / roof.time, roof.intensity, roof.ridge,
                      roof.ridge / roof.intensity])
         if key:
@@ -191,19 +195,19 @@ def seed_decode_table(findings: dict[str, Scalar]) -> Table:
 
     for fmt in ("fp16", "int8", "int4"):
         value_bits = get_format(fmt).bits
-        roof = bare_decode(SEED_PARAMS, value_bits, SEED_GPU)
+        roof = bare_decode(WORKED_PARAMS, value_bits, WORKED_GPU)
         add(f"bare 13e9 weights, {fmt}", value_bits, roof.bytes, roof.flops, fmt)
     for w in ("int8", "int4"):
         bits = WEIGHT_SCHEMES[w].bits_per_value
-        add(f"bare 13e9, {w} + scales ({WEIGHT_SCHEMES[w].note})", bits, SEED_PARAMS * bits / 8, 2 * SEED_PARAMS,
+        add(f"bare 13e9, {w} + scales ({WEIGHT_SCHEMES[w].note})", bits, WORKED_PARAMS * bits / 8, 2 * WORKED_PARAMS,
             f"{w}_scaled")
-    shape = PRESETS[SEED_MODEL]
+    shape = PRESETS[WORKED_MODEL]
     for w_name, w_bits in (("fp16", float(get_format("fp16").bits)), ("int4", WEIGHT_SCHEMES["int4"].bits_per_value)):
         for kv in ("fp16", "fp8"):
-            cache = kv_bytes_per_sequence(shape, kv, SEED_CONTEXT)
-            add(f"{w_name} weights + {kv} KV of {shape.name} @{context_label(SEED_CONTEXT)}", w_bits,
-                SEED_PARAMS * w_bits / 8 + cache, 2 * SEED_PARAMS + shape.attention_flops_per_token(SEED_CONTEXT),
-                f"{w_name}_kv{kv}_{context_label(SEED_CONTEXT)}")
+            cache = kv_bytes_per_sequence(shape, kv, WORKED_CONTEXT)
+            add(f"{w_name} weights + {kv} KV of {shape.name} @{context_label(WORKED_CONTEXT)}", w_bits,
+                WORKED_PARAMS * w_bits / 8 + cache, 2 * WORKED_PARAMS + shape.attention_flops_per_token(WORKED_CONTEXT),
+                f"{w_name}_kv{kv}_{context_label(WORKED_CONTEXT)}")
     return Table(
         key="decode_13b", title="Worked example: batch-1 decode of 13e9 parameters at 3 TB/s, 1000 TFLOP/s",
         columns=["case", "weight bits/param", "GB read/token", "tokens/s", "FLOP/byte", "ridge FLOP/byte",
@@ -264,25 +268,29 @@ def prefill_table(model: ModelShape, acc: Accelerator, key: str, tp: int, findin
 def tp_table(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float, tp: int,
              findings: dict[str, Scalar]) -> Table:
     rows: list[list[Scalar]] = []
-    for n in sorted({*TP_DEGREES, tp}):
+    uneven = [n for n in sorted({*TP_DEGREES, tp}) if not splits_heads(model, n)]
+    for n in sorted({*TP_DEGREES, tp} - set(uneven)):
         fit = max_batch(model, acc, "bf16", "fp16", context, reserve, n)
         one = decode_step(model, acc, "bf16", "fp16", context, 1, n)
         many = decode_step(model, acc, "bf16", "fp16", context, batch, n)
-        rows.append([n, fit.weight_bytes / GB, kv_bytes_per_token(model, "fp16") * kv_shard_fraction(model, n),
-                     fit.batch, one.tokens_per_s, many.tokens_per_s])
+        rows.append([n, head_split(model, n), fit.weight_bytes / GB,
+                     kv_bytes_per_token(model, "fp16") * kv_shard_fraction(model, n), fit.batch, one.tokens_per_s,
+                     many.tokens_per_s])
         findings[f"tp.{model.key}.{key}.tp{n}.batch1.tokens_per_s"] = one.tokens_per_s
         findings[f"tp.{model.key}.{key}.tp{n}.max_batch_{context_label(context)}"] = fit.batch
     return Table(
         key="tensor_parallel", title=f"Tensor parallelism: {model.name}, bf16 weights, fp16 KV, "
                                      f"{context_label(context)} context",
-        columns=["devices", "weights GB/device", "KV bytes/token/device", "max batch (the N devices)",
+        columns=["devices", "heads", "weights GB/device", "KV bytes/token/device", "max batch (the N devices)",
                  "tokens/s batch 1", f"tokens/s batch {batch}"],
         rows=rows,
         formats={"weights GB/device": ".4g", "KV bytes/token/device": ".6g", "tokens/s batch 1": ".4g",
                  f"tokens/s batch {batch}": ".4g"},
-        note=("Weights split evenly and KV heads as ceil(Hkv/N) per device (replicated past Hkv; an MLA latent is "
-              "replicated on every device). Every device holds its share of every sequence, so the max batch is "
-              "that of the whole group of N. All-reduce time is ignored: these speeds are upper bounds."))
+        note=("Weights split evenly, query heads H/N per device, KV heads Hkv/N per device (replicated past Hkv; an "
+              "MLA latent is replicated on every device). Every device holds its share of every sequence, so the "
+              "max batch is that of the whole group of N. All-reduce time is ignored: these speeds are upper "
+              "bounds." + (f" Not shown: {', '.join(map(str, uneven))} devices, which cannot split the "
+                           f"{model.heads} query / {model.kv_heads} KV heads evenly." if uneven else "")))
 
 
 # ---- figures --------------------------------------------------------------------------------------------
@@ -330,6 +338,7 @@ def run(model: str = "llama3_8b", config: str | Path | None = None, name: str | 
     if batch <= 0 or context <= 0:
         raise ValueError(f"batch and context must be positive, got {batch} and {context}")
     shape = resolve_model(model, config, name)
+    split = head_split(shape, tp)  # an uneven split is an error that names the degrees that work
     keys = [g.strip() for g in gpu.split(",") if g.strip()]
     if not keys:
         raise ValueError("no GPU given")
@@ -351,7 +360,7 @@ def run(model: str = "llama3_8b", config: str | Path | None = None, name: str | 
         kv_table(shape, contexts, batch, context),
         batch_table(shape, accelerators, list(CONTEXTS), reserve, tp, findings),
         crossover_table(shape, batch, findings),
-        seed_decode_table(findings),
+        worked_decode_table(findings),
         decode_table(shape, first, first_key, context, batch, reserve, tp, findings),
         prefill_table(shape, first, first_key, tp, findings),
         tp_table(shape, first, first_key, context, batch, reserve, tp, findings),
@@ -361,7 +370,8 @@ def run(model: str = "llama3_8b", config: str | Path | None = None, name: str | 
     fp16_tok = kv_bytes_per_token(shape, "fp16")
     summary = (f"{shape.name}: {fp16_tok / 1024:.4g} KiB of fp16 KV cache per token, "
                f"{kv_bytes_per_sequence(shape, 'fp16', context) / GiB:.3g} GiB per {context_label(context)} sequence "
-               f"against {weight_bytes(shape, 'bf16') / GB:.3g} GB of bf16 weights. Memory reserve {reserve:.0%}.")
+               f"against {weight_bytes(shape, 'bf16') / GB:.3g} GB of bf16 weights. Memory reserve {reserve:.0%}."
+               + (f" Tensor parallelism over {tp} devices: {split}." if tp > 1 else ""))
     return LabResult(
         name="capacity", title="Capacity: KV cache, batch capacity and the decode roofline",
         sections=sections, figures=figures, findings=findings, summary=summary,

@@ -8,17 +8,47 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from precisionlab.formats import Format, IntFormat, get_format, list_formats
+from precisionlab.formats import Format, IntFormat, Overflow, get_format, list_formats
 from precisionlab.labs.result import LabResult, Scalar, Table
 from precisionlab.rounding import decode, encode, neighbours, round_to, ulp
-from precisionlab.rounding.modes import parse_overflow, parse_rounding
+from precisionlab.rounding.modes import overflow_policy, parse_rounding
 
 COLUMNS = ["format", "sign", "exponent", "mantissa", "code", "stored", "below", "above", "ulp", "abs error",
            "rel error"]
 
 
+INFINITIES = ("inf", "+inf", "-inf", "infinity", "+infinity", "-infinity")
+NANS = ("nan", "+nan", "-nan")
+
+
+def parse_real(text: str, what: str = "value", allow_infinity: bool = True) -> float:
+    """A decimal number as float64 reads it, refusing what float64 would silently change.
+
+    inf / -inf / nan are taken only as written (and only when allow_infinity); a finite decimal
+    beyond float64's range (1e400, which float() reads as inf) or a nonzero one below its smallest
+    subnormal (1e-400, read as 0) is a ValueError that says so. Both `explain VALUE` and
+    `limits --value` read their numbers through this one rule."""
+    stripped = text.strip().lower()
+    try:
+        value = float(stripped)
+    except ValueError:
+        raise ValueError(f"{what} must be a number, got {text!r}") from None
+    written_special = stripped in INFINITIES or stripped in NANS
+    if written_special:
+        if not allow_infinity:
+            raise ValueError(f"{what} must be finite, got {text!r}")
+        return value
+    if math.isinf(value):
+        raise ValueError(f"{what} {text!r} is beyond float64's range (largest finite 1.7976931348623157e308); "
+                         "write inf for infinity")
+    if value == 0 and any(ch in "123456789" for ch in stripped.split("e")[0]):
+        raise ValueError(f"{what} {text!r} is below float64's smallest subnormal (4.9e-324) and would read as 0; "
+                         "write 0 for zero")
+    return value
+
+
 def parse_value(text: str) -> tuple[float | None, int | None]:
-    """'0x7e' is a code; anything else must parse as a real number."""
+    """'0x7e' is a code; anything else must parse as a real number (see parse_real)."""
     stripped = text.strip().lower()
     if stripped.startswith(("0x", "-0x")) and not stripped.startswith("-"):
         try:
@@ -26,9 +56,10 @@ def parse_value(text: str) -> tuple[float | None, int | None]:
         except ValueError:
             raise ValueError(f"{text!r} is not a hexadecimal code") from None
     try:
-        return float(stripped), None
+        float(stripped)
     except ValueError:
         raise ValueError(f"{text!r} is not a number (or a hexadecimal code such as 0x7e)") from None
+    return parse_real(text, "VALUE"), None
 
 
 def split_fields(code: int, fmt: Format) -> tuple[str, str, str]:
@@ -60,9 +91,10 @@ def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even"
             overflow: str | None = None) -> LabResult:
     value, code = parse_value(text)
     formats = list_formats() if format_spec == "all" else [get_format(format_spec)]
+    note = custom_format_note(format_spec, formats[0]) if format_spec != "all" else None
+    summary = f"{note}." if note else ""
     parse_rounding(rounding)  # a bad mode or policy is an error even where it does not apply (a code)
-    if overflow is not None:
-        parse_overflow(overflow)
+    overflow_policy(overflow, Overflow.SATURATE)  # a bad policy name is an error here too
     if code is not None:
         if len(formats) != 1:
             raise ValueError("a code belongs to one format: pass --format NAME, not all")
@@ -75,7 +107,7 @@ def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even"
                       rows=[[fmt.name, f"0x{code:x}", sign, exponent, mantissa, decoded, kind]],
                       formats={"value": ".17g"})
         return LabResult(name="explain", title=f"explain {text}", sections=[table],
-                         findings={"value": decoded})
+                         findings={"value": decoded}, summary=summary)
     assert value is not None
     if math.isnan(value) and len(formats) == 1 and not formats[0].has_nan:
         raise ValueError(f"{formats[0].name} has no NaN: NaN cannot be stored in it")
@@ -95,7 +127,13 @@ def explain(text: str, format_spec: str = "bf16", rounding: str = "nearest_even"
                  "rel error": ".4g"},
     )
     return LabResult(name="explain", title=f"explain {text}", sections=[table],
-                     findings={f"stored.{r[0]}": r[5] for r in rows})
+                     findings={f"stored.{r[0]}": r[5] for r in rows}, summary=summary)
+
+
+def custom_format_note(spec: str, fmt: Format) -> str | None:
+    from precisionlab.labs.formats_table import custom_format_note as note
+
+    return note(spec, fmt)
 
 
 def _kind(value: float, code: int, fmt: Format) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format, list_formats
 from precisionlab.labs import Lab
-from precisionlab.labs.formats_table import format_table
+from precisionlab.labs.formats_table import custom_format_note, format_table, two_e4m3_table
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.numerics.accumulate import kahan_sum, pairwise_sum, sequential_sum
 from precisionlab.numerics.blocked import additions_on_longest_path, blocked_sum_fp32, gamma, worst_case_bound
@@ -98,7 +98,8 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
         params={"value": value, "formats": ",".join(f.name for f in chosen), "min_log2_n": min_log2_n,
                 "max_log2_n": max_log2_n, "order_n": order_n, "variance_n": variance_n,
                 "drift_n": drift_n, "stall_count": stall_count, "seed": seed},
-        summary=("Every number is measured on emulated arithmetic with one exact rounding per operation. "
+        summary=("".join(f"{note}. " for note in _custom_notes(formats)) + _headline(findings, max_log2_n) + " "
+                 "Every number is measured on emulated arithmetic with one exact rounding per operation. "
                  "Read each hazard with the fix printed beside it: subtract the max before exp, keep fp32 master "
                  "weights, accumulate in fp32 (or pairwise), compare reductions with a tolerance, subtract the "
                  "mean before squaring, and know which E4M3 your hardware means."),
@@ -109,6 +110,22 @@ def run(value: float = 0.1, formats: Sequence[str] | None = None, min_log2_n: in
             result.skip(f"vendor_crosscheck.{library}", f"the {library} column of the fp8 code cross-check",
                         missing_reason(library), install_hint(library), section="fp8_crosscheck")
     return result
+
+
+def _custom_notes(names: Sequence[str] | None) -> list[str]:
+    """'custom format e4m4: ...' for each name given that is not a registered format."""
+    notes = [custom_format_note(name, get_format(name)) for name in names or ()]
+    return list(dict.fromkeys(note for note in notes if note))
+
+
+def _headline(findings: dict[str, Scalar], max_log2_n: int) -> str:
+    """The lab's headline: three of its hazards in numbers (the headline formats are always measured)."""
+    exp16, keep16 = findings["exp_overflow_x.fp16"], findings["smallest_surviving_update.bf16"]
+    dot16 = findings["dot_relative_error.fp16"]
+    dot = f"{dot16:.0%}" if isinstance(dot16, float) else str(dot16)
+    keep = f"{keep16:g}" if isinstance(keep16, float) else str(keep16)
+    return (f"exp(x) overflows fp16 from x = {exp16}, in bf16 1.0 + t stays 1.0 for every power of ten t below "
+            f"{keep}, and a sequential fp16 dot product of 2^{max_log2_n} terms is off by {dot}.")
 
 
 # --- options ------------------------------------------------------------------------------
@@ -522,8 +539,8 @@ def variance_table(n: int, drift_n: int, seed: int, findings: dict[str, Scalar])
               "algebraic: subtract the mean first (two-pass) or use Welford's update, as LayerNorm kernels do. "
               "Neither is immune as n grows. Two-pass errs by exactly (mean error)²: its fp32 mean (tree sum / n, "
               "spacing 1/16 near 1e6) can be a whole 1/16 off, about 1% of the variance (n = 30000: 1.2%). "
-              "Welford's update m + (x - m)/k is lost once |x - m|/k < 1/32, so its mean freezes (the stall of "
-              "section 5) and the frozen mean's error squared lands in the variance (0.5% to 18% over seeds at "
+              "Welford's update m + (x - m)/k is lost once |x - m|/k < 1/32, so its mean freezes (the stall shown "
+              "above) and the frozen mean's error squared lands in the variance (0.5% to 18% over seeds at "
               "n = 1e6). Shifting the data first (y = x - x[0], exact here by Sterbenz) leaves nothing large to "
               "cancel: even the one-pass formula is then accurate to ~1e-7 at any n."),
         formats={"variance": ".8g", "rel error vs fp64": ".3g"},
@@ -535,36 +552,16 @@ def variance_table(n: int, drift_n: int, seed: int, findings: dict[str, Scalar])
 
 VENDOR_LIBRARIES = ("ml_dtypes", "torch")
 """The libraries the fp8 codes are cross-checked against (both optional)."""
-TRAP_CODES = (0x00, 0x01, 0x08, 0x38, 0x40, 0x77, 0x78, 0x7E, 0x7F, 0x80, 0xC0, 0xFE, 0xFF)
-
-
 def fp8_trap_table(findings: dict[str, Scalar]) -> Table:
-    names = ("e4m3", "e4m3fnuz", "e5m2", "e5m2fnuz")
-    decoded = {name: all_codes(name) for name in names}
-    rows: list[list[Scalar]] = []
-    for code in TRAP_CODES:
-        a, b = float(decoded["e4m3"][code]), float(decoded["e4m3fnuz"][code])
-        ratio = a / b if math.isfinite(a) and math.isfinite(b) and b != 0 else None
-        rows.append([f"0x{code:02x}", format(code, "08b"), a, b, ratio, float(decoded["e5m2"][code]),
-                     float(decoded["e5m2fnuz"][code])])
+    """The two-E4M3 table (shared with the advisor, see formats_table.two_e4m3_table) and its findings."""
+    decoded = {name: all_codes(name) for name in ("e4m3", "e4m3fnuz")}
     ocp, fnuz = get_format("e4m3"), get_format("e4m3fnuz")
     findings["fnuz_vs_ocp.decode_ratio"] = float(decoded["e4m3"][0x40] / decoded["e4m3fnuz"][0x40])
     findings["fnuz_vs_ocp.max_e4m3"] = ocp.max_finite
     findings["fnuz_vs_ocp.max_e4m3fnuz"] = fnuz.max_finite
     findings["fnuz_vs_ocp.code_0x80_e4m3"] = float(decoded["e4m3"][0x80])
     findings["fnuz_vs_ocp.code_0x80_e4m3fnuz"] = float(decoded["e4m3fnuz"][0x80])
-    return Table(
-        key="fp8_trap",
-        title="The two E4M3s: the same bits under OCP (e4m3, bias 7) and AMD gfx942 FNUZ (e4m3fnuz, bias 8)",
-        columns=["code", "bits", "e4m3", "e4m3fnuz", "ratio", "e5m2", "e5m2fnuz"],
-        rows=rows,
-        note=("The bias differs by one, so every normal code decodes a factor of two apart (0x40: 2.0 against "
-              "1.0); 0x80 is -0 in OCP and the single NaN in FNUZ; 0x7f is NaN in e4m3 and 240 (the max) in "
-              "e4m3fnuz, against OCP's max 448 at 0x7e. Bits written by one vendor's kernel and read by the "
-              "other's are silently off by 2x: record which E4M3 a checkpoint holds (MI300X / gfx942 "
-              "implements FNUZ; the OCP spec and NVIDIA's __nv_fp8_e4m3 are e4m3fn)."),
-        formats={"e4m3": ".6g", "e4m3fnuz": ".6g", "e5m2": ".6g", "e5m2fnuz": ".6g", "ratio": ".3g"},
-    )
+    return two_e4m3_table()
 
 
 def fp8_crosscheck_table(findings: dict[str, Scalar]) -> Table:

@@ -1,4 +1,4 @@
-"""Lab 3: why per-channel scaling and outlier handling exist; FP8 current vs delayed scaling.
+"""The outlier demo: why per-channel scaling and outlier handling exist; FP8 current vs delayed scaling.
 
 One synthetic weight matrix (64 rows, N(0, 0.02) weights) whose row `OUTLIER_ROW` is
 scaled so that its amax is `ratio` (default 45) times the median amax of the other
@@ -198,7 +198,7 @@ def run(cols: int = 1024, ratio: float = 45.0, seed: int = 0, steps: int = 24, w
     }
     return LabResult(
         name="quant_demo",
-        title="Lab 3: per-channel scaling, outlier rows, block formats and FP8 scaling",
+        title="Quantization with an outlier row: per-channel scaling, an fp16 row, block formats and FP8 scaling",
         sections=[int8, low, scaling],
         figures=[figure, scaling_fig],
         findings=findings,

@@ -1,4 +1,5 @@
-"""Exercise 3: per-tensor, per-row and group-wise int8 with fp16 scales, and where group-wise stops helping.
+"""The per-group int8 drill: per-tensor, per-row and group-wise int8 with fp16 scales, and where group-wise
+stops helping.
 
 The matrix (64 x 256, deterministic): W ~ N(0, sigma^2) with `n_outliers` isolated
 outlier weights of magnitude up to `peak` at random positions (rng = default_rng(seed)).
@@ -6,7 +7,7 @@ outlier weights of magnitude up to `peak` at random positions (rng = default_rng
 
     rel err W   ||W_hat - W|| / ||W||              rel err Wx  ||(W_hat - W) x|| / ||W x||
     rest max    max |W_hat - W| over the rest      rest rms    rms(W_hat - W) over the rest
-    bytes       int8 payload + one fp16 scale per block (Exercise 3's column, exactly)
+    bytes       int8 payload + one fp16 scale per block (the reference table's bytes column, exactly)
 
 Shrinking g shrinks the number of ordinary weights that share a scale with an outlier,
 so the rest rms error falls several-fold; but every outlier still sets the step of its
@@ -108,11 +109,12 @@ def run(seed: int = 0) -> LabResult:
                      fp32_bytes / m["bytes"]])
     table = Table(
         key="drill",
-        title="Exercise 3: int8 on a 64x256 matrix with isolated outliers (fp16 scales)",
+        title="Per-group int8 drill: a 64x256 matrix with isolated outliers (fp16 scales)",
         columns=["scheme", "spec", "rel err W", "rel err Wx", "rest max err", "rest rms err", "bytes", "vs fp32"],
         rows=rows,
-        note=("rest = every weight but the outliers. Bytes = 16384 int8 codes + 2 bytes per fp16 scale (the seed's "
-              "bytes column exactly). The rest rms error falls several-fold as g shrinks; the rest max error "
+        note=("rest = every weight but the outliers. Bytes = 16384 int8 codes + 2 bytes per fp16 scale, exactly the "
+              "bytes column of the reference solution in the “Precision & Quantization” course notes (module B04). "
+              "The rest rms error falls several-fold as g shrinks; the rest max error "
               "barely moves, because each outlier still sets its own group's step."),
         formats={"rel err W": ".5f", "rel err Wx": ".5f", "rest max err": ".6f", "rest rms err": ".6f",
                  "vs fp32": ".2f"},
@@ -138,7 +140,7 @@ def run(seed: int = 0) -> LabResult:
     findings["drill.alignment_damage_ratio"] = float(straddle[3]) / float(inside[3])  # type: ignore[arg-type]
     return LabResult(
         name="quant_drill",
-        title="Exercise 3: group-wise int8 contains outlier damage, it does not remove it",
+        title="Per-group int8 drill: group-wise scaling contains outlier damage, it does not remove it",
         sections=[table, align],
         figures=[figure],
         findings=findings,

@@ -77,13 +77,15 @@ class Skipped:
     """A part of a lab that did not run, and why.
 
     key: stable id (also the finding `skipped.<key>`); what: the part, in words;
-    reason: e.g. 'torch is not installed'; install: the command that brings the peer.
+    reason: e.g. 'torch is not installed'; install: the command that brings the peer;
+    section: the key of the table the part belongs to, if any (the report links to it).
     """
 
     key: str
     what: str
     reason: str
     install: str
+    section: str | None = None
 
     def message(self) -> str:
         return f"{self.what}: skipped, {self.reason} (install: {self.install})"
@@ -103,7 +105,7 @@ class LabResult:
     def skip(self, key: str, what: str, reason: str, install: str, section: str | None = None) -> None:
         """Record a part that did not run: in `skipped`, as the finding `skipped.<key>` = reason, and,
         when it belongs to a table (section = its key), at the end of that table's note."""
-        record = Skipped(key, what, reason, install)
+        record = Skipped(key, what, reason, install, section)
         self.skipped.append(record)
         self.findings[f"skipped.{key}"] = reason
         if section is not None:
@@ -125,8 +127,8 @@ class LabResult:
                 "summary": self.summary,
                 "params": self.params,
                 "findings": self.findings,
-                "skipped": [{"key": s.key, "what": s.what, "reason": s.reason, "install": s.install}
-                            for s in self.skipped],
+                "skipped": [{"key": s.key, "what": s.what, "reason": s.reason, "install": s.install,
+                             "section": s.section} for s in self.skipped],
                 "sections": [
                     {"key": t.key, "title": t.title, "note": t.note, "columns": t.columns, "rows": t.rows}
                     for t in self.sections

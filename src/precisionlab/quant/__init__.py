@@ -1,16 +1,17 @@
 """Quantization: scheme strings, scales, packed codes, honest bytes, golden references.
 
     from precisionlab.quant import quantize
-    q = quantize(w, "int4:g128")        # or "int8:row:asym", "mxfp4:rceil", "nvfp4", "dsv3_weight"
+    q = quantize(w, "int4:g128")        # or "int8:row:asym", "mxfp4:rceil", "nvfp4", "dsv3_weight",
+                                        # "uint4:g32:min=fp16" (a float block offset), "gguf_q4_k"
     w_hat = q.dequantize()
     q.nbytes, q.bits_per_element, q.codes, q.scales, q.scheme
     bits_per_element("int4:g128:asym", (4096, 4096))   # the same byte model, without data
 
 Modules, one job each: `scheme` (grammar, presets), `blocks` (granularity -> block
 shape), `qparams` (choose scales / zero points), `elements` (codes of scaled values),
-`packing` (bit packing), `core` (quantize / dequantize), `tensor` (QuantizedTensor and
-byte accounting), `safetensors_io` (tagged files), `scalers` (FP8 current / delayed
-scaling), `metrics` (error measures).
+`packing` (bit packing), `core` (quantize / dequantize), `ggml` (llama.cpp's reference quantizers
+for the gguf_* presets), `tensor` (QuantizedTensor and byte accounting), `safetensors_io` (tagged
+files), `scalers` (FP8 current / delayed scaling), `metrics` (error measures).
 """
 
 from precisionlab.quant.core import dequantize, quantize, quantize_dequantize

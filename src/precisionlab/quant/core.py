@@ -1,8 +1,11 @@
 """quantize / dequantize: chunked, multi-threaded, exact to the rules in `qparams` and `elements`.
 
-    quantize:    per block  choose s (and z) from the block's amax (or min / max)
+    quantize:    per block  choose s (and z or m) from the block's amax (or min / max)
                  per element q = encode(x / s)          (one rounding of the exact quotient: elements.quotient)
+                             min=: q = rint((x - m) / s)
     dequantize:  x_hat = fp32(value(q) * s)             asym: fp32((q - z) * s)
+                                                        min=: fp32(fp32(q * s) + m)
+    gguf_* presets: llama.cpp's reference quantizers (`quant.ggml`), the same dequantization.
 
 The work runs over chunks of whole block-rows (about CHUNK elements each) on a small
 thread pool, so temporaries stay in cache and peak extra memory is the packed codes plus
@@ -183,6 +186,8 @@ def choose_qparams(first: np.ndarray, second: np.ndarray, scheme: Scheme, cod: C
         return qp.microscaling(first, scheme, cod)
     if tensor_scale is not None:
         return qp.nvfp4(first, tensor_scale, scheme, cod)
+    if scheme.has_min:
+        return qp.float_min(first, second, scheme, cod)
     if not scheme.symmetric:
         return qp.asymmetric(first, second, scheme, cod)
     return qp.symmetric(first, scheme, cod)
@@ -196,6 +201,10 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
     cod = make_codec(s)
     axis, _, view_shape = canonical_view(arr.shape, s)
     view = to_view(arr, axis, view_shape)
+    if s.ggml is not None:
+        from precisionlab.quant import ggml
+
+        return ggml.quantize_view(view, s, tuple(arr.shape) or (1,), dtype_name)
     work = np.float64 if arr.dtype == np.float64 else np.float32
     rows_fp16 = index = None
     if s.outliers:
@@ -216,7 +225,8 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
     floored: list[int] = [] if pre is None else [_count(pre.floored)]
 
     scale_grid = np.empty(lay.grid, dtype=np.float32)
-    zero_grid = None if s.symmetric else np.empty(lay.grid, dtype=np.float32)
+    zero_grid = np.empty(lay.grid, dtype=np.float32) if s.has_zero_point else None
+    min_grid = np.empty(lay.grid, dtype=np.float32) if s.has_min else None
     packed = np.empty(packed_nbytes(lay.n_stored, cod.bits), dtype=np.uint8)
     np_ = lay.padded[2]
     per_bytes = packed_nbytes(1, cod.bits)
@@ -230,7 +240,9 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         if pre is not None:
             params = qp.QParams(pre.scale[b], pre.divisor[b],
                                 None if pre.zero_point is None else pre.zero_point[b],
-                                None if pre.bad is None else pre.bad[b])
+                                None if pre.bad is None else pre.bad[b], None,
+                                None if pre.minimum is None else pre.minimum[b],
+                                None if pre.flat is None else pre.flat[b])
             rows_sel = slice(0, 1)
             first_c, second_c = first[b], (second[b] if not signed else second)
         else:
@@ -242,12 +254,19 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
             scale_grid[b, rows_sel] = params.scale
             if zero_grid is not None and params.zero_point is not None:
                 zero_grid[b, rows_sel] = params.zero_point
+            if min_grid is not None and params.minimum is not None:
+                min_grid[b, rows_sel] = params.minimum
         with np.errstate(invalid="ignore", divide="ignore"):
-            zero = None if params.zero_point is None else params.zero_point[:, None, :, None]
-            codes = cod.encode_quotient(blocks, params.divisor[:, None, :, None], zero)  # one rounding of x / s
-        if params.bad is not None:
-            codes[np.broadcast_to(params.bad[:, None, :, None], codes.shape)] = 0
-        lower, upper = diag.clip_bounds(cod, params.divisor, params.zero_point)
+            divisor = params.divisor[:, None, :, None]
+            if params.minimum is not None:  # min=: rint((x - m) / s), one rounding of the exact quotient
+                codes = cod.encode_offset(blocks, divisor, params.minimum[:, None, :, None])
+            else:
+                zero = None if params.zero_point is None else params.zero_point[:, None, :, None]
+                codes = cod.encode_quotient(blocks, divisor, zero)  # one rounding of x / s
+        for zeroed in (params.bad, params.flat):
+            if zeroed is not None:
+                codes[np.broadcast_to(zeroed[:, None, :, None], codes.shape)] = 0
+        lower, upper = diag.clip_bounds(cod, params.divisor, params.zero_point, params.minimum)
         clipped.append(diag.count_clipped(blocks, lower, upper, first_c, second_c, signed, params.bad))
         start = (b * lay.padded[1] + r0) * np_
         chunk_codes = codes.reshape(-1, np_)[: r1 - r0]
@@ -265,6 +284,8 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         scale_grid[...] = pre.scale
         if zero_grid is not None and pre.zero_point is not None:
             zero_grid[...] = pre.zero_point
+        if min_grid is not None and pre.minimum is not None:
+            min_grid[...] = pre.minimum
     diagnostics = diag.ScaleDiagnostics(lay.n_blocks, sum(floored), int(arr.size), sum(clipped))
     diag.warn(diagnostics, s, stacklevel=2)
     return QuantizedTensor(
@@ -278,6 +299,7 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
         outlier_rows=rows_fp16,
         outlier_index=index,
         diagnostics=diagnostics,
+        min_values=min_grid,
     )
 
 
@@ -286,7 +308,8 @@ def _count(mask: np.ndarray | None) -> int:
 
 
 def _per_group(bits: int) -> int:
-    return 4 if bits in (2, 6) else 2 if bits == 4 else 1
+    """Codes in one packing group (`quant.packing`)."""
+    return {2: 4, 4: 2, 5: 8, 6: 4}.get(bits, 1)
 
 
 def _aligned(tasks: list[Task], lay: Layout, bits: int) -> bool:
@@ -321,7 +344,8 @@ def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[
 
 # --------------------------------------------------------------------------- dequantize
 def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
-    """x_hat = fp32(value(code) * divisor) per element (asym: (q - z) * s), in q's original shape."""
+    """x_hat = fp32(value(code) * divisor) per element (asym: (q - z) * s; min=: fp32(fp32(q * s) + m)), in q's
+    original shape."""
     s = q.scheme
     cod = make_codec(s)
     lay = q.layout
@@ -355,15 +379,21 @@ def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
             blocks = vals.reshape(1, rows, np_ // lay.block[1], lay.block[1])
             zero = sel[1]
             mult = sel[0]
+            block_min = None if q.min_values is None else q.min_values[b, 0:1]
         else:
             br = lay.block[0]
             row_block = np.arange(r0, r1) // br  # the block row of each row
             mult = divisor[b][row_block][:, None, :, None]
             zero = None if q.zero_points is None else q.zero_points[b][row_block]
+            block_min = None if q.min_values is None else q.min_values[b][row_block]
             blocks = vals.reshape(rows, 1, np_ // lay.block[1], lay.block[1])
         if zero is not None:
             blocks = blocks - zero[:, None, :, None]
-        if np_ == n:
+        if block_min is not None:  # fp32(fp32(q * s) + m)
+            result = blocks * mult
+            result += block_min[:, None, :, None]
+            out[b, r0:r1, :] = result.reshape(rows, np_)[:, :n]
+        elif np_ == n:
             np.multiply(blocks, mult, out=out[b, r0:r1, :].reshape(blocks.shape))
         else:
             out[b, r0:r1, :] = (blocks * mult).reshape(rows, np_)[:, :n]

@@ -7,7 +7,9 @@
     clipped   a finite element beyond its block's range by more than half the top step, so it saturated
               rather than rounded: |x| > (element max + top gap / 2) * divisor (each side on its own: nf4's
               negative end is -1 with -0.696 next to it); asymmetric integers: x outside
-              [(qmin - z - 1/2) s, (qmax - z + 1/2) s]. With a rounded scale the block max itself can clip
+              [(qmin - z - 1/2) s, (qmax - z + 1/2) s]; a float min (min=): x outside [m - s/2, m + (qmax + 1/2) s]
+              (a negative scale, as llama.cpp's Q4_0 stores, swaps the two ends). With a rounded scale the block max
+              itself can clip
               (int4:g32:scale=e4m3: 1.1% of N(0, 0.02²) elements); scaleround=up prevents that
 
 `quantize` warns (QuantizationWarning) when more than FLOORED_WARN_FRACTION of the blocks are floored
@@ -68,15 +70,25 @@ def _limits(fmt: ElementFormat, unit: float, symmetric_int: bool, bottom: float)
     return (float(values[0] - (values[1] - values[0]) / 2), float(values[-1] + (values[-1] - values[-2]) / 2))
 
 
-def clip_bounds(codec: Codec, divisor: np.ndarray, zero_point: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per block, (lowest, highest) x that does not clip, in float64 (exact: few-bit limits times float32)."""
+def clip_bounds(codec: Codec, divisor: np.ndarray, zero_point: np.ndarray | None,
+                minimum: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per block, (lowest, highest) x that does not clip, in float64 (exact: few-bit limits times float32, plus
+    a float32 min)."""
     d = np.asarray(divisor, dtype=np.float64)
+    fmt = codec.fmt
+    if minimum is not None:
+        m = np.asarray(minimum, dtype=np.float64)
+        return _ordered(m - 0.5 * d, m + (fmt.max_value + 0.5) * d)  # type: ignore[union-attr]
     if zero_point is not None:
-        fmt = codec.fmt
         z = np.asarray(zero_point, dtype=np.float64)
-        return (fmt.min_value - z - 0.5) * d, (fmt.max_value - z + 0.5) * d  # type: ignore[union-attr]
+        return _ordered((fmt.min_value - z - 0.5) * d, (fmt.max_value - z + 0.5) * d)  # type: ignore[union-attr]
     lower, upper = _limits(codec.fmt, codec.unit, codec.is_int, codec.symmetric_min)
-    return lower * d, upper * d
+    return _ordered(lower * d, upper * d)
+
+
+def _ordered(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) ends: a negative scale (llama.cpp's Q4_0 / Q5_0 / Q6_K) swaps them."""
+    return np.minimum(a, b), np.maximum(a, b)
 
 
 def count_clipped(blocks: np.ndarray, lower: np.ndarray, upper: np.ndarray, first: np.ndarray, second: np.ndarray,

@@ -3,6 +3,7 @@
     integer, symmetric   q = clip(rint(v), -(2^(b-1) - 1), 2^(b-1) - 1)          (rint: ties to even)
                          range=full / full_neg: clip to -2^(b-1) .. 2^(b-1) - 1
     integer, asymmetric  q = clip(rint(v) + z, qmin, qmax)       stored as q's b-bit two's complement
+    unsigned, float min  q = clip(rint((x - m) / s), 0, 2^b - 1)  (min=: one rounding of the exact (x - m) / s)
     float (fp8/fp6/fp4)  q = round-to-nearest-even of v in the element format, saturating at ±max
     codebook (nf4)       q = index of the nearest codebook value (ties to the smaller value)
 
@@ -19,6 +20,7 @@ and on whether any lower bit is set.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
@@ -122,6 +124,30 @@ class Codec:
             return np.take(_code_table64(fmt), table_index64(flat.view(np.uint64))).reshape(v.shape)
         return np.asarray(encode(np.ascontiguousarray(v), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
 
+    def encode_offset(self, x: np.ndarray, divisor: np.ndarray, minimum: np.ndarray) -> np.ndarray:
+        """Unsigned codes of rint((x - m) / s), clipped to 0 .. 2^b - 1: one rounding of the exact quotient.
+
+        The quotient is computed in float64 (x - m and the division each round at most once, an error far
+        below 2^-40 for codes of 8 bits or fewer); the few elements within 2^-30 of a tie are settled with
+        exact rationals, so the code is that of the exact (x - m) / s, ties to even."""
+        fmt = self.fmt
+        if not isinstance(fmt, IntFormat) or fmt.signed:
+            raise ValueError(f"a float block offset (min=) applies to unsigned integer elements, not {fmt.name}")
+        x64 = np.asarray(x, dtype=np.float64)
+        m = np.asarray(minimum, dtype=np.float64)
+        d = np.asarray(divisor, dtype=np.float64)
+        v = (x64 - m) / d
+        q = np.rint(v)
+        near = np.abs(np.abs(v - q) - 0.5) < TIE_WINDOW
+        if near.any():
+            where = np.nonzero(near)
+            xs = np.broadcast_to(x64, v.shape)[where]
+            ms, ds = np.broadcast_to(m, v.shape)[where], np.broadcast_to(d, v.shape)[where]
+            q[where] = [float(round((Fraction(a) - Fraction(b)) / Fraction(c))) if np.isfinite(a + b + c) else np.nan
+                        for a, b, c in zip(xs.tolist(), ms.tolist(), ds.tolist(), strict=True)]
+        np.clip(q, 0, fmt.max_value, out=q)
+        return _int_codes(np.nan_to_num(q, nan=0.0), fmt)
+
     def encode_affine(self, v: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
         """Integer codes of rint(v) + z, clipped to the format's full range [qmin, qmax]."""
         fmt = self.fmt
@@ -131,6 +157,15 @@ class Codec:
         q += zero_point
         np.clip(q, fmt.min_value, fmt.max_value, out=q)
         return _int_codes(q, fmt)
+
+
+TIE_WINDOW = 2.0**-30
+"""Quotients (x - m) / s this close to k + 1/2 are settled with exact rationals (encode_offset)."""
+
+
+def int_codes(values: np.ndarray, fmt: IntFormat) -> np.ndarray:
+    """Integer code values (already in fmt's range) as uint8 codes: two's complement in the low b bits."""
+    return _int_codes(np.asarray(values), fmt)
 
 
 def _int_codes(q: np.ndarray, fmt: IntFormat) -> np.ndarray:

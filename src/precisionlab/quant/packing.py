@@ -6,6 +6,7 @@
     2 bits   four per byte: element 4i + k in bits 2k..2k+1
     6 bits   four per three bytes: the 24-bit word c0 | c1 << 6 | c2 << 12 | c3 << 18,
              stored as its three bytes, low byte first
+    5 bits   eight per five bytes: the 40-bit word c0 | c1 << 5 | ... | c7 << 35, low byte first
 
 Codes are packed in the row-major order of the padded (B, M, N) layout; a tail that
 does not fill the last byte group is padded with zero bits (counted in the bytes).
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-PACKABLE_BITS = (2, 4, 6, 8)
+PACKABLE_BITS = (2, 4, 5, 6, 8)
 
 
 def _per_group(bits: int) -> tuple[int, int]:
     """(codes, bytes) in one packing group."""
     if bits not in PACKABLE_BITS:
         raise ValueError(f"cannot pack {bits}-bit codes; supported widths: {PACKABLE_BITS}")
-    return {8: (1, 1), 4: (2, 1), 2: (4, 1), 6: (4, 3)}[bits]
+    return {8: (1, 1), 4: (2, 1), 2: (4, 1), 6: (4, 3), 5: (8, 5)}[bits]
 
 
 def packed_nbytes(count: int, bits: int) -> int:
@@ -50,10 +51,11 @@ def pack(codes: np.ndarray, bits: int) -> np.ndarray:
         for k in range(1, 4):
             out |= groups[:, k] << np.uint8(2 * k)
         return out
-    word = groups[:, 0].astype(np.uint32)
-    for k in range(1, 4):
-        word |= groups[:, k].astype(np.uint32) << np.uint32(6 * k)
-    return word.view(np.uint8).reshape(-1, 4)[:, :3].reshape(-1).copy()
+    width, nbytes = (6, 3) if bits == 6 else (5, 5)
+    word = groups[:, 0].astype(np.uint64)
+    for k in range(1, per):
+        word |= groups[:, k].astype(np.uint64) << np.uint64(width * k)
+    return word.view(np.uint8).reshape(-1, 8)[:, :nbytes].reshape(-1).copy()
 
 
 def unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -75,9 +77,12 @@ def unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
         for k in range(4):
             out[:, k] = (data >> np.uint8(2 * k)) & np.uint8(3)
     else:
-        triples = data.reshape(-1, 3).astype(np.uint32)
-        word = triples[:, 0] | (triples[:, 1] << np.uint32(8)) | (triples[:, 2] << np.uint32(16))
-        out = np.empty((word.size, 4), dtype=np.uint8)
-        for k in range(4):
-            out[:, k] = (word >> np.uint32(6 * k)) & np.uint32(0x3F)
+        width, nbytes = (6, 3) if bits == 6 else (5, 5)
+        groups = data.reshape(-1, nbytes).astype(np.uint64)
+        word = groups[:, 0].copy()
+        for k in range(1, nbytes):
+            word |= groups[:, k] << np.uint64(8 * k)
+        out = np.empty((word.size, per), dtype=np.uint8)
+        for k in range(per):
+            out[:, k] = (word >> np.uint64(width * k)) & np.uint64((1 << width) - 1)
     return out.reshape(-1)[:count]

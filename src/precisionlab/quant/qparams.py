@@ -9,6 +9,9 @@ a kernel's fp32 division followed by a cast to fp16 / bf16 / e4m3 (fp32 carries 
     integer, symmetric   s = amax / (2^(b-1) - 1)        (range=full: 2^(b-1) - 1/2; full_neg: 2^(b-1))
     integer, asymmetric  lo = min(x_min, 0), hi = max(x_max, 0)
                          s = (hi - lo) / (2^b - 1),   z = clip(qmin - rint(lo / s), qmin, qmax)
+    float min (min=)     m = fmt_min(x_min)  (nearest-even into the min format: no clamp to 0, the
+                         offset need not represent zero),  s = (x_max - x_min) / (2^b - 1)
+                         (codes 0 .. 2^b - 1; KIVI, GGUF Q4_1 / Q5_1's layout)
     float element        s = amax / max_finite(element)          (DeepSeek-V3: amax / 448)
     nf4                  s = amax                                  (absmax; codebook spans [-1, 1])
     MX (ue8m0)           X = 2^(floor(log2 amax) - emax_elem)      FLOOR, OCP MX v1.0
@@ -67,6 +70,10 @@ class QParams:
     """Blocks holding NaN or ±inf (nonfinite=nan): NaN scale, zero codes."""
     floored: np.ndarray | None = None
     """Blocks whose ideal scale is below the scheme's smallest storable scale (raised to it)."""
+    minimum: np.ndarray | None = None
+    """Float block offsets m (min=), float32 values of the min format: x_hat = q * s + m."""
+    flat: np.ndarray | None = None
+    """Blocks whose span is zero (min=): every code is 0, so each element reads back as m."""
 
 
 def element_emax(codec: Codec) -> int:
@@ -126,6 +133,28 @@ def asymmetric(lo: np.ndarray, hi: np.ndarray, scheme: Scheme, codec: Codec) -> 
     s = _poison(s, bad, scheme)
     return QParams(s.astype(np.float32), s.astype(np.float32), z.astype(np.float32), bad if bad.any() else None,
                    floor_mask)
+
+
+def float_min(lo: np.ndarray, hi: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:
+    """m = fmt_min(x_min), s = (x_max - x_min) / (2^b - 1) (see the module docstring): a float offset, no zero point.
+
+    A block with x_max = x_min has scale 1 and zero codes (it reads back as m); a block holding NaN / inf gets
+    a NaN scale and m = 0 (nonfinite=nan) or is an error."""
+    fmt = codec.fmt
+    assert isinstance(fmt, IntFormat) and not fmt.signed
+    low, high = lo.astype(np.float64), hi.astype(np.float64)
+    bad = ~(np.isfinite(low) & np.isfinite(high))
+    span = np.where(bad, 0.0, high - low)
+    flat = span == 0
+    ideal = np.where(flat, 1.0, span) / fmt.max_value
+    s = np.where(flat, 1.0, round_scale(ideal, scheme.scale, scheme.scale_round == "up"))
+    floor_mask = floored(ideal, _smallest(scheme.scale), ~(bad | flat))
+    assert scheme.min_format is not None
+    minimum = np.asarray(round_to(np.where(bad, 0.0, low), get_format(scheme.min_format), rounding="nearest_even",
+                                  overflow="saturate"), dtype=np.float32)
+    s = _poison(s, bad, scheme)
+    scale = s.astype(np.float32)
+    return QParams(scale, scale, None, bad if bad.any() else None, floor_mask, minimum, flat | bad)
 
 
 def microscaling(amax: np.ndarray, scheme: Scheme, codec: Codec) -> QParams:

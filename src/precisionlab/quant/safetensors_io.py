@@ -9,11 +9,16 @@ dtype: float data declared BF16 or int64 data declared I32 is an error, never bi
 
 A quantized tensor `w` is stored as the entries w.codes (U8, packed), w.scales (in the
 scale format: F32 / F16 / BF16 / F8_E4M3, ue8m0 as U8 biased exponents), w.zero_points
-(U8, packed at the element width), w.outlier_rows (F16), w.outlier_index (I32),
+(U8, packed at the element width), w.mins (min=: the float block offsets in their format, F32 / F16 /
+BF16; two-level K-quant tensors are not written here: GGUF is their file), w.outlier_rows (F16),
+w.outlier_index (I32),
 w.tensor_scale (F32, shape [1]); the metadata key "precisionlab.quant" = "1" tags the
 file and "w" holds a JSON record (scheme, element format with its encoding, scale
-format, shape, dtype). Loading an untagged file, or one whose record disagrees with its
-entries, is an error. Files are written to a temporary name and renamed, so a failed
+format, shape, dtype). A tensor written through unchanged (`PassThrough`: a bias, a norm, an
+integer table, whatever was not quantized) is stored as itself, under its own name, in its own
+dtype, and its record says so: {"passthrough": true, "dtype", "shape", "reason"}; `load_quantized`
+returns the quantized tensors, `load_passthrough` the others. Loading an untagged file, or one
+whose record disagrees with its entries, is an error. Files are written to a temporary name and renamed, so a failed
 write leaves nothing behind. Tensors are read one at a time, when asked for, with the file
 open only for that read (a file of any number of tensors holds no file descriptors).
 """
@@ -204,13 +209,16 @@ def _element_description(scheme_element: str) -> str:
         return "nf4 (codebook)"
     fmt = get_format(scheme_element)
     if isinstance(fmt, FloatFormat):
-        return f"{fmt.name} ({fmt.encoding.value}, max {fmt.max_finite:g})"
+        return f"{fmt.name} ({fmt.encoding.value}{', extended' if fmt.extended else ''}, max {fmt.max_finite:g})"
     return f"{fmt.name} ({'signed' if fmt.signed else 'unsigned'} integer)"
 
 
 def _scale_entry(q: QuantizedTensor) -> tuple[str, np.ndarray]:
-    fmt = q.scheme.scale
-    values = q.scale_values
+    return _float_entry(q.scale_values, q.scheme.scale)
+
+
+def _float_entry(values: np.ndarray, fmt: str) -> tuple[str, np.ndarray]:
+    """Float32 values of a scale (or min) format as a safetensors entry in that format."""
     if fmt == "fp32":
         return "F32", values.astype(np.float32)
     if fmt == "fp16":
@@ -231,8 +239,20 @@ def _scale_values(dtype: str, raw: np.ndarray, scale_format: str, shape: tuple[i
     return np.asarray(decode(np.asarray(raw), scale_format), dtype=np.float32).reshape(shape)
 
 
-def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | QuantizedTensor) -> None:
-    """Write quantized tensors (a dict, or one tensor under the name 'tensor') to a tagged file."""
+@dataclass(frozen=True)
+class PassThrough:
+    """A tensor written unchanged beside the quantized ones: its safetensors dtype, its stored values
+    (BF16 / F8 as their bit patterns, as Entry.raw() reads them) and why it was not quantized."""
+
+    dtype: str
+    array: np.ndarray
+    reason: str
+
+
+def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | QuantizedTensor,
+                   passthrough: dict[str, PassThrough] | None = None) -> None:
+    """Write quantized tensors (a dict, or one tensor under the name 'tensor') to a tagged file, with the
+    `passthrough` tensors stored unchanged (and recorded as such) beside them."""
     items = {"tensor": tensors} if isinstance(tensors, QuantizedTensor) else dict(tensors)
     entries: dict[str, tuple[str, np.ndarray]] = {}
     metadata = {TAG_KEY: TAG_VERSION}
@@ -242,8 +262,13 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
             raise ValueError(f"tensor name {name!r} is empty or reserved")
         if not isinstance(q, QuantizedTensor):
             raise TypeError(f"tensor {name!r} is a {type(q).__name__}, not a QuantizedTensor: quantize it first")
+        if q.scheme.is_two_level:
+            raise ValueError(f"tensor {name!r} is {q.scheme}, a two-level (K-quant) layout: write it to a GGUF file "
+                             "(precisionlab's tagged safetensors hold one-level scales)")
         entries[f"{name}.codes"] = ("U8", q.packed)
         entries[f"{name}.scales"] = _scale_entry(q)
+        if q.min_values is not None and q.scheme.min_format is not None:
+            entries[f"{name}.mins"] = _float_entry(q.min_values, q.scheme.min_format)
         if q.zero_points is not None:
             bits = q.element_bits
             zp = (q.zero_points.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint8)
@@ -257,7 +282,53 @@ def save_quantized(path: str | Path, tensors: dict[str, QuantizedTensor] | Quant
             "scheme": str(q.scheme), "element": _element_description(q.scheme.element),
             "scale_format": q.scheme.scale, "shape": list(q.shape), "dtype": q.dtype,
         })
+    for name, kept in (passthrough or {}).items():
+        if not isinstance(name, str) or not name or name in ("__metadata__", TAG_KEY):
+            raise ValueError(f"tensor name {name!r} is empty or reserved")
+        if name in items or name in entries:
+            raise ValueError(f"tensor name {name!r} is both quantized and passed through (or collides with a "
+                             "quantized tensor's entry)")
+        if not isinstance(kept, PassThrough):
+            raise TypeError(f"tensor {name!r} is a {type(kept).__name__}, not a PassThrough")
+        entries[name] = (kept.dtype, kept.array)
+        metadata[name] = json.dumps({"passthrough": True, "dtype": kept.dtype, "shape": list(kept.array.shape),
+                                     "reason": kept.reason})
     write_safetensors(path, entries, metadata)
+
+
+def load_passthrough(path: str | Path) -> dict[str, PassThrough]:
+    """Every tensor of a tagged file that was written through unchanged, as stored, with its reason."""
+    entries, metadata = read_safetensors(path)
+    if metadata.get(TAG_KEY) != TAG_VERSION:
+        raise ValueError(f"{path}: not a precisionlab quantized file (no '{TAG_KEY}' tag in its metadata)")
+    out: dict[str, PassThrough] = {}
+    for name, record in _records(path, metadata):
+        if record.get("passthrough") is not True:
+            continue
+        entry = entries.get(name)
+        shape = record.get("shape")
+        if entry is None or entry.dtype != record.get("dtype") or list(entry.shape) != shape:
+            held = f"{entry.dtype} {list(entry.shape)}" if entry is not None else "no such entry"
+            raise ValueError(f"{path}: tensor {name!r} is recorded as passed through as {record.get('dtype')} "
+                             f"{shape}, but the file holds {held}")
+        out[name] = PassThrough(entry.dtype, entry.raw(), str(record.get("reason", "")))
+    return out
+
+
+def _records(path: str | Path, metadata: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    """The JSON-object records of a tagged file's metadata (a tool's plain-string values are left alone)."""
+    records = []
+    for name, text in metadata.items():
+        if name == TAG_KEY or not text.lstrip().startswith("{"):
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: bad record for tensor {name!r}: {exc}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: bad record for tensor {name!r}: not a JSON object")
+        records.append((name, record))
+    return records
 
 
 def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
@@ -275,6 +346,8 @@ def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
             continue  # a tool's own metadata (safetensors writers add e.g. format = pt): records are JSON objects
         try:
             record = json.loads(text)
+            if isinstance(record, dict) and record.get("passthrough") is True:
+                continue  # written through unchanged: load_passthrough reads it
             scheme = parse_scheme(record["scheme"])
             dims = record["shape"]
             if not isinstance(dims, list) or not all(type(d) is int for d in dims):  # no 33.5 -> 33, "4" -> 4
@@ -331,8 +404,19 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
         scales = _scale_values(scales_entry.dtype, scales_entry.raw(), scheme.scale, lay.grid)
     except ValueError as exc:
         raise ValueError(f"{path}: tensor {name!r}: {exc}") from None
+    if scheme.is_two_level:
+        raise ValueError(f"{path}: tensor {name!r} is {scheme}, a two-level (K-quant) layout these files do not hold")
+    mins = None
+    if scheme.min_format is not None:
+        mins_entry = need("mins")
+        if math.prod(mins_entry.shape) != lay.n_blocks:
+            raise ValueError(f"{path}: tensor {name!r} has {math.prod(mins_entry.shape)} mins; needs {lay.n_blocks}")
+        try:
+            mins = _scale_values(mins_entry.dtype, mins_entry.raw(), scheme.min_format, lay.grid)
+        except ValueError as exc:
+            raise ValueError(f"{path}: tensor {name!r}: {str(exc).replace('scales', 'mins', 1)}") from None
     zero_points = None
-    if not scheme.symmetric:
+    if scheme.has_zero_point:
         zp = unpack(check(need("zero_points"), "U8", packed_nbytes(lay.n_blocks, bits)), bits, lay.n_blocks)
         zp = zp.astype(np.int64)
         from precisionlab.quant.core import make_codec
@@ -347,4 +431,4 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
         if not (math.isfinite(tensor_scale) and tensor_scale > 0):
             raise ValueError(f"{path}: tensor {name!r} has tensor scale {tensor_scale}; it must be finite and > 0")
     return QuantizedTensor(scheme, shape, dtype, codes.raw().reshape(-1), scales, zero_points, tensor_scale,
-                           rows, index)
+                           rows, index, min_values=mins)

@@ -4,9 +4,12 @@ Grammar (colon-separated)::
 
     ELEMENT[:GRANULARITY][:OPTION ...]      or      PRESET[:OPTION ...]
 
-    ELEMENT      int8 int4 int2 uint8 uint4 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 nf4
+    ELEMENT      int8 int4 int2 uint8 uint4 e4m3 e5m2 e4m3fnuz e5m2fnuz e3m2 e2m3 e2m1 nf4, or a
+                 signed IEEE P3109 format of 8 bits or fewer: binary<K>p<P>[s][e|f] (binary8p3se,
+                 p3109_k8p4; binary8p4sf is e4m3fnuz and binary8p3sf e5m2fnuz)
     GRANULARITY  tensor (default) | row | col | g<N> (groups of N along the last axis)
                  | block<R>x<C> (2-D blocks over the last two axes) | tile1x<C>
+                 (more integer ELEMENTs: int6 int5 uint6 uint5 uint2, GGUF's Q5 / Q6_K codes and KIVI's)
     OPTION       sym (default for signed elements) | asym (zero point)
                  scale=fp32|fp16|bf16|ue8m0|e4m3      (default: fp16 for integer elements,
                                                         fp32 for float and codebook elements)
@@ -26,10 +29,19 @@ Grammar (colon-separated)::
                                          (int4 amax/8: GGML Q4_0; a positive maximum clips to 7/8 amax)
                  scaleround=nearest|up       round each scale to nearest (default) or up into its
                                              format (fp32/fp16/bf16/e4m3): up never clips a block's max
+                 min=fp16|bf16|fp32          a FLOAT block offset (unsigned elements only), stored in that
+                                             format beside the scale, instead of an integer zero point:
+                                                 x_hat = fp32(fp32(q * s) + m),  q = 0 .. 2^b - 1
+                                                 m = fmt(x_min),  s = (x_max - x_min) / (2^b - 1)
+                                             (GGUF Q4_1 / Q5_1, KIVI); the integer zero point of asym is
+                                                 x_hat = (q - z) * s   with z an integer code.
+                                             Bytes: the min costs its format's width per block.
 
     PRESET       mxfp8 (= mxfp8_e4m3), mxfp8_e5m2, mxfp6 (= mxfp6_e2m3), mxfp6_e3m2, mxfp4,
                  mxint8, nvfp4, dsv3_weight (e4m3:block128x128:scale=fp32),
-                 dsv3_act (e4m3:tile1x128:scale=fp32)
+                 dsv3_act (e4m3:tile1x128:scale=fp32),
+                 gguf_q8_0 gguf_q4_0 gguf_q4_1 gguf_q5_0 gguf_q5_1 gguf_q4_k gguf_q6_k (llama.cpp's GGML
+                 block types: their layouts, bytes and reference quantizers; see GGUF_PRESETS)
 
 `str(scheme)` writes the canonical spelling: defaults are left out, options come in a
 fixed order, and a preset keeps its name.
@@ -41,11 +53,16 @@ import difflib
 from dataclasses import dataclass, replace
 from enum import Enum
 
-INT_ELEMENTS = ("int8", "int4", "int2", "uint8", "uint4")
+from precisionlab.formats import get_format
+from precisionlab.formats.p3109 import parse_p3109
+
+INT_ELEMENTS = ("int8", "int4", "int2", "uint8", "uint4", "int6", "int5", "uint6", "uint5", "uint2")
 FLOAT_ELEMENTS = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1")
 CODEBOOK_ELEMENTS = ("nf4",)
 ELEMENTS = INT_ELEMENTS + FLOAT_ELEMENTS + CODEBOOK_ELEMENTS
 SCALE_FORMATS = ("fp32", "fp16", "bf16", "ue8m0", "e4m3")
+MIN_FORMATS = ("fp32", "fp16", "bf16")
+"""Formats a float block offset (min=) is stored in."""
 ELEMENT_ALIASES = {
     "fp8": "e4m3", "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
     "float8_e5m2": "e5m2", "fp6_e3m2": "e3m2", "fp6_e2m3": "e2m3", "fp4": "e2m1", "fp4_e2m1": "e2m1",
@@ -100,6 +117,17 @@ class Scheme:
     """Symmetric signed-integer code range and scale rule (`INT_RANGES`)."""
     scale_round: str = "nearest"
     """How a scale is rounded into its format: "nearest" (even) or "up" (never below the ideal scale)."""
+    min_format: str | None = None
+    """Float block offset (min=): x_hat = q * s + m with m stored in this format; None for none."""
+    ggml: str | None = None
+    """The GGML type (gguf_* presets) whose llama.cpp reference quantizer chooses codes and scales."""
+    super_block: int = 0
+    """Two-level scales (K-quants): elements per super-block; its blocks' scales (and mins) are integer
+    codes (`sub_scale`, `sub_min`) times one super-block scale (and min scale) in `scale` (`min_format`)."""
+    sub_scale: str | None = None
+    """Integer format of a two-level scheme's block-scale codes (Q4_K uint6, Q6_K int8)."""
+    sub_min: str | None = None
+    """Integer format of a two-level scheme's block-min codes (Q4_K uint6)."""
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -121,15 +149,44 @@ class Scheme:
 
     @property
     def is_float(self) -> bool:
-        return self.element in FLOAT_ELEMENTS
+        return self.element in FLOAT_ELEMENTS or p3109_element(self.element) is not None
+
+    @property
+    def has_zero_point(self) -> bool:
+        """An integer zero point (asym without min=): x_hat = (q - z) * s."""
+        return not self.symmetric and self.min_format is None
+
+    @property
+    def has_min(self) -> bool:
+        """A float block offset (min=): x_hat = q * s + m."""
+        return self.min_format is not None
+
+    @property
+    def is_two_level(self) -> bool:
+        return self.super_block > 0
 
     def __str__(self) -> str:
         return format_scheme(self)
 
 
 # --------------------------------------------------------------------------- validation
+def p3109_element(name: str) -> str | None:
+    """The element a P3109 format name stands for (the registry's name where it has one: binary8p4sf
+    is e4m3fnuz), or None for a name outside that grammar. ValueError for a P3109 format that cannot
+    be an element: unsigned (no negatives to quantize) or wider than 8 bits."""
+    if parse_p3109(name) is None:
+        return None
+    fmt = get_format(name)
+    if not fmt.signed:
+        raise ValueError(f"{name} is unsigned (it holds no negatives); a quantization element is signed: "
+                         "binary<K>p<P>se or binary<K>p<P>sf")
+    if fmt.bits > 8:
+        raise ValueError(f"element {name} is {fmt.bits} bits wide; quantization elements are 8 bits or fewer")
+    return fmt.name
+
+
 def _problem(s: Scheme) -> str:
-    if s.element not in ELEMENTS:
+    if s.element not in ELEMENTS and p3109_element(s.element) is None:
         return f"unknown element {s.element!r}"
     if s.scale not in SCALE_FORMATS:
         return f"unknown scale format {s.scale!r}"
@@ -148,7 +205,7 @@ def _problem(s: Scheme) -> str:
     if s.scale_round == "up" and s.scale == "ue8m0":
         return "scaleround=up applies to fp32 / fp16 / bf16 / e4m3 scales; ue8m0 scales follow the MX rule (rceil " \
             "rounds them up)"
-    if s.element in ("uint8", "uint4") and s.symmetric:
+    if is_unsigned(s.element) and s.symmetric:
         return f"{s.element} is unsigned: it is always asymmetric (a zero point); use int{s.element[4:]} for sym"
     if not s.symmetric and s.element not in INT_ELEMENTS:
         return f"asym (a zero point) applies to integer elements, not {s.element}"
@@ -166,8 +223,42 @@ def _problem(s: Scheme) -> str:
         return "power-of-two (ue8m0) scales are symmetric: no zero point"
     if s.int_range not in INT_RANGES:
         return f"range must be one of {', '.join(INT_RANGES)}, got {s.int_range!r}"
-    if s.int_range != "narrow" and (s.element not in ("int8", "int4", "int2") or not s.symmetric or s.is_mx):
-        return f"range={s.int_range} applies to symmetric signed integer elements (int8, int4, int2), not {s}"
+    if s.int_range != "narrow" and (s.element not in SIGNED_INT_ELEMENTS or not s.symmetric or s.is_mx):
+        return f"range={s.int_range} applies to symmetric signed integer elements ({', '.join(SIGNED_INT_ELEMENTS)})" \
+            f", not {s}"
+    return _min_problem(s) or _two_level_problem(s)
+
+
+def is_unsigned(element: str) -> bool:
+    """uint8, uint4, ...: codes 0 .. 2^b - 1, always with a zero point or a float min."""
+    return element in INT_ELEMENTS and element.startswith("uint")
+
+
+SIGNED_INT_ELEMENTS = tuple(e for e in INT_ELEMENTS if not e.startswith("uint"))
+
+
+def _min_problem(s: Scheme) -> str:
+    if s.min_format is None:
+        return ""
+    if s.min_format not in MIN_FORMATS:
+        return f"min= stores the block offset in {', '.join(MIN_FORMATS)}, not {s.min_format!r}"
+    if not is_unsigned(s.element):
+        return (f"min= (a float block offset, codes 0 .. 2^b - 1) applies to unsigned integer elements "
+                f"({', '.join(e for e in INT_ELEMENTS if is_unsigned(e))}), not {s.element}")
+    if s.is_mx:
+        return "min= does not combine with power-of-two (ue8m0) scales"
+    return ""
+
+
+def _two_level_problem(s: Scheme) -> str:
+    if not s.super_block and (s.sub_scale or s.sub_min):
+        return "integer block-scale codes need a super-block"
+    if not s.super_block:
+        return ""
+    if s.granularity is not Granularity.GROUP or s.super_block % s.group:
+        return "a super-block is a whole number of groups"
+    if s.sub_scale is None or (s.sub_min is None) != (s.min_format is None):
+        return "a two-level scheme has integer block-scale codes, and block-min codes exactly when it has min="
     return ""
 
 
@@ -201,12 +292,47 @@ PRESETS: dict[str, Scheme] = {
 }
 """Named recipes. dsv3_*: DeepSeek-V3 (128x128 weight blocks, 1x128 activation tiles, fp32 scales)."""
 
+def _gguf(name: str, element: str, group: int, **fields: object) -> Scheme:
+    return Scheme(element, Granularity.GROUP, group=group, scale="fp16", preset=name, **fields)  # type: ignore[arg-type]
+
+
+GGUF_PRESETS: dict[str, Scheme] = {
+    "gguf_q8_0": _gguf("gguf_q8_0", "int8", 32, ggml="Q8_0"),
+    "gguf_q4_0": _gguf("gguf_q4_0", "int4", 32, int_range="full_neg", ggml="Q4_0"),
+    "gguf_q4_1": _gguf("gguf_q4_1", "uint4", 32, symmetric=False, min_format="fp16", ggml="Q4_1"),
+    "gguf_q5_0": _gguf("gguf_q5_0", "int5", 32, int_range="full_neg", ggml="Q5_0"),
+    "gguf_q5_1": _gguf("gguf_q5_1", "uint5", 32, symmetric=False, min_format="fp16", ggml="Q5_1"),
+    "gguf_q4_k": _gguf("gguf_q4_k", "uint4", 32, symmetric=False, min_format="fp16", super_block=256,
+                       sub_scale="uint6", sub_min="uint6", ggml="Q4_K"),
+    "gguf_q6_k": _gguf("gguf_q6_k", "int6", 16, int_range="full_neg", super_block=256, sub_scale="int8", ggml="Q6_K"),
+}
+"""llama.cpp's GGML block types (ggml-common.h's block_* structs), with llama.cpp's reference quantizers
+(ggml-quants.c quantize_row_*_ref; precisionlab.quant.ggml). Per block (d, m: fp16; q: the element's code value):
+
+    gguf_q8_0  int8:g32                      x_hat = q * d,       q in -127..127,  34 bytes / 32
+    gguf_q4_0  int4:g32:range=full_neg       x_hat = q * d,       q in -8..7,      18 bytes / 32
+    gguf_q4_1  uint4:g32:min=fp16            x_hat = q * d + m,   q in 0..15,      20 bytes / 32
+    gguf_q5_0  int5:g32:range=full_neg       x_hat = q * d,       q in -16..15,    22 bytes / 32
+    gguf_q5_1  uint5:g32:min=fp16            x_hat = q * d + m,   q in 0..31,      24 bytes / 32
+    gguf_q4_k  uint4, g32 in super-blocks of 256: x_hat = (d * sc_j) * q - (dmin * mc_j),  q in 0..15,
+               sc_j, mc_j uint6 per 32, d, dmin fp16 per 256                                144 bytes / 256
+    gguf_q6_k  int6, g16 in super-blocks of 256:  x_hat = (d * sc_j) * q,  q in -32..31,
+               sc_j int8 per 16, d fp16 per 256                                             210 bytes / 256
+
+The grammar spells the five one-level layouts (those strings dequantize identically from the same stored
+values); the preset adds llama.cpp's quantizer, whose scale comes from the float32 statistics (d = max / -8
+for Q4_0, so d < 0 when the largest-magnitude element is positive) and whose codes use the unrounded
+float32 scale. Rows must be whole blocks (GGUF stores no partial block)."""
+
+PRESETS.update(GGUF_PRESETS)
+
 PRESET_OPTIONS = ("axis", "nonfinite", "mx", "minscale", "scaleround")
-"""The options a preset accepts (its element, granularity and scale format are fixed)."""
+"""The options a preset accepts (its element, granularity and scale format are fixed); gguf_* presets
+accept axis= only (llama.cpp's quantizer fixes the rest)."""
 
 
 def default_scale(element: str) -> str:
-    """fp16 for integer elements (Exercise 3's byte count), fp32 for float and codebook elements."""
+    """fp16 for integer elements (the byte count of the per-group int8 drill), fp32 for float and codebook elements."""
     return "fp16" if element in INT_ELEMENTS else "fp32"
 
 
@@ -225,9 +351,15 @@ def parse_scheme(spec: str | Scheme) -> Scheme:
         return _apply_options(PRESETS[head], rest, spec, preset=True)
     element = ELEMENT_ALIASES.get(head, head)
     if element not in ELEMENTS:
-        raise ValueError(f"unknown element or preset {head!r} in scheme {spec!r}{_suggest(head)}")
+        try:
+            p3109 = p3109_element(element)
+        except ValueError as err:
+            raise ValueError(f"{err} (scheme {spec!r})") from None
+        if p3109 is None:
+            raise ValueError(f"unknown element or preset {head!r} in scheme {spec!r}{_suggest(head)}")
+        element = p3109
     fields: dict[str, object] = {"element": element, "scale": default_scale(element),
-                                 "symmetric": element not in ("uint8", "uint4")}
+                                 "symmetric": not is_unsigned(element)}
     if rest and _is_granularity(rest[0]):
         fields.update(_granularity(rest[0], spec))
         rest = rest[1:]
@@ -276,7 +408,7 @@ def _positive(text: str, token: str, spec: str) -> int:
 
 
 _OPTION_NAMES = ("sym", "asym", "scale=", "outliers=", "axis=", "floor", "rceil", "minscale=", "nonfinite=",
-                 "range=", "scaleround=")
+                 "range=", "scaleround=", "min=")
 
 
 def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) -> Scheme:
@@ -289,6 +421,9 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
             raise ValueError(f"options {seen[field]!r} and {option!r} in scheme {spec!r} set the same thing; "
                              "give it once")
         seen[field] = option
+        if preset and base.ggml is not None and key != "axis":
+            raise ValueError(f"preset {base.preset} is llama.cpp's {base.ggml} layout and quantizer; option {option!r} "
+                             f"in {spec!r} is not allowed (allowed: axis=)")
         if preset and _option_field(key) not in PRESET_OPTIONS:
             raise ValueError(f"preset {base.preset} fixes its element, granularity and scale; "
                              f"option {option!r} in {spec!r} is not allowed (allowed: axis=, nonfinite=, "
@@ -322,6 +457,11 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
             changes["int_range"] = value
         elif key == "scaleround" and eq:
             changes["scale_round"] = value
+        elif key == "min" and eq:
+            if value not in MIN_FORMATS:
+                raise ValueError(f"min={value} in scheme {spec!r}; the block offset is stored in one of "
+                                 f"{', '.join(MIN_FORMATS)}")
+            changes["min_format"] = value
         else:
             raise ValueError(f"unknown option {option!r} in scheme {spec!r}{_suggest_option(option)}")
     scale = changes.get("scale", base.scale)
@@ -334,7 +474,7 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
 
 
 def _option_field(key: str) -> str:
-    return "mx" if key in ("floor", "rceil") else key
+    return {"floor": "mx", "rceil": "mx", "min": "min_format"}.get(key, key)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -344,7 +484,7 @@ def format_scheme(s: Scheme) -> str:
         base = PRESETS[s.preset]
         parts = [s.preset]
     else:
-        base = Scheme(s.element, scale=default_scale(s.element), symmetric=s.element not in ("uint8", "uint4"))
+        base = Scheme(s.element, scale=default_scale(s.element), symmetric=not is_unsigned(s.element))
         parts = [s.element]
         gran = _granularity_text(s)
         if gran:
@@ -353,6 +493,8 @@ def format_scheme(s: Scheme) -> str:
         parts.append("sym" if s.symmetric else "asym")
     if s.scale != base.scale:
         parts.append(f"scale={s.scale}")
+    if s.min_format != base.min_format and s.min_format is not None:
+        parts.append(f"min={s.min_format}")
     if s.outliers != base.outliers:
         parts.append(f"outliers={s.outliers}")
     if s.axis != base.axis:
@@ -388,7 +530,7 @@ def _suggest(token: str) -> str:
     names = [*ELEMENTS, *PRESETS, *ELEMENT_ALIASES]
     close = difflib.get_close_matches(token, names, n=4, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return f"{hint} (elements: {', '.join(ELEMENTS)}; presets: {', '.join(PRESETS)})"
+    return f"{hint} (elements: {', '.join(ELEMENTS)}, binary<K>p<P>se|sf; presets: {', '.join(PRESETS)})"
 
 
 _GRANULARITY_NAMES = ("tensor", "row", "col", "channel")

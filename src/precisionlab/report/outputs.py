@@ -1,87 +1,72 @@
-"""Write results to disk: JSON, PNG figures and an HTML index.
+"""Write results to disk: JSON, PNG (and SVG) figures, CSV tables and the HTML report.
 
-Files are written to a temporary name and renamed into place, so an interrupted run
-never leaves a half-written file behind.
+`write_run` and `write_lab` write a whole folder at a time (see `report.folders`): an interrupted
+run never leaves old and new files mixed. The `*_files` functions write into a folder the caller
+has already opened (the command line opens it before any work, so an unwritable --out fails at
+once).
 """
 
 from __future__ import annotations
 
-import functools
-import html
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from precisionlab._atomic import atomic_write_text, atomic_write_with
+from precisionlab._atomic import atomic_write_text
 from precisionlab.labs.result import LabResult, Table, jsonable
-from precisionlab.report.plots import save_figure
-from precisionlab.report.terminal import format_cell
+from precisionlab.report.folders import files_folder, report_folder
+from precisionlab.report.html import FigureFile, render_html
+
+__all__ = ["atomic_write_text", "dumps", "render_html", "table_csv", "write_csv_files", "write_figures",
+           "write_lab", "write_lab_files", "write_report_files", "write_run"]
 
 
 def dumps(data: object) -> str:
     return json.dumps(data, indent=2, allow_nan=False)
 
 
-def write_figures(result: LabResult, out_dir: Path) -> list[Path]:
-    paths = []
+def figure_stem(result: LabResult, key: str) -> str:
+    return f"{result.name}_{key}"
+
+
+def write_figures(result: LabResult, out_dir: Path, svg: bool = False) -> dict[tuple[str, str], FigureFile]:
+    """Every figure of a lab as <lab>_<key>.png (and .svg); returns what the HTML page needs of each."""
+    from precisionlab.report.plots import draw_figure
+
+    drawn: dict[tuple[str, str], FigureFile] = {}
     for fig in result.figures:
-        final = out_dir / f"{result.name}_{fig.key}.png"
-        paths.append(atomic_write_with(final, functools.partial(save_figure, fig), suffix=".png"))
+        stem = figure_stem(result, fig.key)
+        png, vector = out_dir / f"{stem}.png", (out_dir / f"{stem}.svg" if svg else None)
+        done = draw_figure(fig, png, vector)
+        drawn[(result.name, fig.key)] = FigureFile(png.name, *done.size, svg=vector.name if vector else None,
+                                                   notes=done.notes)
+    return drawn
+
+
+def lab_document(result: LabResult, provenance: Mapping[str, object] | None = None) -> dict[str, object]:
+    data = result.to_dict()
+    if provenance is not None:
+        data["provenance"] = jsonable(dict(provenance))
+    return data
+
+
+def write_lab_files(result: LabResult, folder: Path, provenance: Mapping[str, object] | None = None,
+                    svg: bool = False) -> list[Path]:
+    """One lab's JSON (<lab>.json) and figures, into an open folder."""
+    drawn = write_figures(result, folder, svg)
+    paths = [folder / f.png for f in drawn.values()] + [folder / f.svg for f in drawn.values() if f.svg]
+    paths.append(atomic_write_text(folder / f"{result.name}.json", dumps(lab_document(result, provenance))))
     return paths
 
 
-def write_lab(result: LabResult, out_dir: Path) -> list[Path]:
-    """One lab's JSON (<lab>.json) and PNGs."""
-    paths = write_figures(result, out_dir)
-    paths.append(atomic_write_text(out_dir / f"{result.name}.json", dumps(result.to_dict())))
-    return paths
-
-
-def write_run(results: Sequence[LabResult], out_dir: Path) -> list[Path]:
-    """results.json, index.html and every figure of every lab."""
-    paths: list[Path] = []
-    for result in results:
-        paths += write_figures(result, out_dir)
-    payload = {"labs": [r.to_dict() for r in results]}
-    paths.append(atomic_write_text(out_dir / "results.json", dumps(payload)))
-    paths.append(atomic_write_text(out_dir / "index.html", render_html(results)))
-    return paths
-
-
-def render_html(results: Sequence[LabResult]) -> str:
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>precisionlab report</title>",
-        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px;"
-        "text-align:right}th{background:#eef}td:first-child{text-align:left}.note{color:#555}"
-        "img{max-width:100%}</style></head><body><h1>precisionlab report</h1>",
-        "<ul>" + "".join(f"<li><a href='#{r.name}'>{html.escape(r.title)}</a></li>" for r in results) + "</ul>",
-    ]
-    for result in results:
-        parts.append(f"<h2 id='{result.name}'>{html.escape(result.title)}</h2>")
-        if result.summary:
-            parts.append(f"<p>{html.escape(result.summary)}</p>")
-        for part in result.skipped:
-            parts.append(f"<p class='skipped'><b>skipped</b> {html.escape(part.message())}</p>")
-        for table in result.sections:
-            parts.append(f"<h3>{html.escape(table.title)}</h3><table><tr>")
-            parts.append("".join(f"<th>{html.escape(c)}</th>" for c in table.columns) + "</tr>")
-            for row in table.rows:
-                cells = (format_cell(v, table.formats.get(c, "")) for c, v in zip(table.columns, row, strict=True))
-                parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-            parts.append("</table>")
-            if table.note:
-                parts.append(f"<p class='note'>{html.escape(table.note)}</p>")
-        for fig in result.figures:
-            parts.append(f"<h3>{html.escape(fig.title)}</h3><img src='{result.name}_{fig.key}.png' alt=''>")
-        if result.findings:  # folded: a lab may have hundreds of keys
-            parts.append(f"<details><summary>findings ({len(result.findings)} keys)</summary>"
-                         "<table><tr><th>key</th><th>value</th></tr>")
-            for key, value in result.findings.items():
-                parts.append(f"<tr><td>{html.escape(key)}</td><td>{html.escape(format_cell(value))}</td></tr>")
-            parts.append("</table></details>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+def write_lab(result: LabResult, out_dir: str | os.PathLike[str], provenance: Mapping[str, object] | None = None,
+              svg: bool = False) -> list[Path]:
+    """One lab's JSON and figures into out_dir, all of them or none (other files there are left alone)."""
+    target = Path(out_dir)
+    with files_folder(target) as folder:
+        names = [p.name for p in write_lab_files(result, folder, provenance, svg)]
+    return [target / name for name in names]
 
 
 def table_csv(table: Table) -> str:
@@ -95,3 +80,36 @@ def table_csv(table: Table) -> str:
     for row in table.rows:
         writer.writerow(["" if v is None else jsonable(v) for v in row])
     return buffer.getvalue()
+
+
+def csv_name(result: LabResult, table: Table) -> str:
+    return f"{result.name}_{table.key}.csv"
+
+
+def write_csv_files(results: Sequence[LabResult], folder: Path) -> list[Path]:
+    """Every table of every result as <lab>_<table key>.csv, into an open folder."""
+    return [atomic_write_text(folder / csv_name(r, t), table_csv(t)) for r in results for t in r.sections]
+
+
+def write_report_files(results: Sequence[LabResult], folder: Path, provenance: Mapping[str, object] | None = None,
+                       svg: bool = False) -> list[Path]:
+    """results.json, index.html and every figure of every lab, into an open folder."""
+    figures: dict[tuple[str, str], FigureFile] = {}
+    for result in results:
+        figures.update(write_figures(result, folder, svg))
+    paths = [folder / f.png for f in figures.values()] + [folder / f.svg for f in figures.values() if f.svg]
+    payload: dict[str, object] = {"labs": [r.to_dict() for r in results]}
+    if provenance is not None:
+        payload = {"provenance": jsonable(dict(provenance)), **payload}
+    paths.append(atomic_write_text(folder / "results.json", dumps(payload)))
+    paths.append(atomic_write_text(folder / "index.html", render_html(results, figures, provenance)))
+    return paths
+
+
+def write_run(results: Sequence[LabResult], out_dir: str | os.PathLike[str],
+              provenance: Mapping[str, object] | None = None, svg: bool = False) -> list[Path]:
+    """The whole report folder, swapped in at the end (see report.folders.report_folder)."""
+    target = Path(out_dir)
+    with report_folder(target) as folder:
+        names = [p.name for p in write_report_files(results, folder, provenance, svg)]
+    return [target / name for name in names]

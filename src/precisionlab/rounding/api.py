@@ -19,7 +19,7 @@ from precisionlab.rounding import codes as _codes
 from precisionlab.rounding import dispatch, engine
 from precisionlab.rounding.arrays import FLOAT64_PRECISION, ODD_SAFE_PRECISION, Unpacked, is_torch_tensor, unpack
 from precisionlab.rounding.general import output_container, round_flat
-from precisionlab.rounding.modes import NanPolicy, Rounding, parse_nan, parse_overflow, parse_rounding
+from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy, parse_nan, parse_rounding
 
 RngLike = np.random.Generator | int | None
 
@@ -50,9 +50,16 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
              straight_through: bool = False) -> Any:
     """Round every element of x once, exactly, to the nearest member of fmt under `rounding`.
 
+    rounding: nearest_even, nearest_away, toward_zero, toward_positive, toward_negative,
+    to_odd, stochastic (or an alias: rne, rna, rtz, rp, rm, rto, sr, or the P3109 names
+    NearestTiesToEven, TowardPositive, ToOdd, ...).
+
     overflow: None for the format's default (inf if it has inf, else NaN if it has NaN,
-    else saturate), or 'inf', 'nan', 'saturate'. nan: 'raise' (default) or 'zero', for
-    formats that have no NaN. rng: a numpy Generator or seed for stochastic rounding.
+    else saturate), or 'inf', 'nan', 'saturate' (everything, ±inf included, clamps to
+    ±max_finite), 'saturate_propagate' (finite values clamp, ±inf stays where the format has
+    inf); P3109's names SatFinite, SatPropagate and SatNone / OvfInf (the default) are accepted.
+    nan: 'raise' (default) or 'zero', for formats that have no NaN. rng: a numpy Generator or
+    seed for stochastic rounding.
 
     Autograd: a tensor result is detached (requires_grad False, no graph), on every path.
     straight_through=True (tensors only) returns the same values attached to x's graph with
@@ -87,9 +94,9 @@ def _round_tensor(x: Any, target: Format, mode: Rounding, overflow: str | Overfl
     """round_to for a tensor that carries no graph: torch's own cast where it is the same rounding."""
     from precisionlab.rounding import torch_path
 
-    if torch_path.applies(x, target, mode):
-        assert isinstance(target, FloatFormat)
-        policy = target.default_overflow if overflow is None else parse_overflow(overflow)
+    policy = overflow_policy(overflow, target.default_overflow) if isinstance(target, FloatFormat) else None
+    if torch_path.applies(x, target, mode) and policy in torch_path.POLICIES:
+        assert isinstance(target, FloatFormat) and policy is not None
         engine.check_policies(target, policy)
         container = get_float_format(_TORCH_NAMES[str(x.dtype)])
         out_dtype = x.dtype if output_container(target, container) is container else _torch_float32()
@@ -123,18 +130,25 @@ def _wide_int(src: Unpacked, x: Any, target: Format, mode: Rounding, action: str
 
 
 def encode(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
-           overflow: str | Overflow | None = None, rng: RngLike = None, nan: str | NanPolicy = "raise") -> Any:
+           overflow: str | Overflow | None = None, rng: RngLike = None, nan: str | NanPolicy = "raise",
+           nan_code: str = "canonical") -> Any:
     """Round x to fmt and return its codes: uint8 for formats of <= 8 bits, uint16 up to 16,
-    uint32 up to 32 (tf32: its 19-bit code in the low bits), uint64 above."""
+    uint32 up to 32 (tf32: its 19-bit code in the low bits), uint64 above.
+
+    nan_code: which code a NaN result gets. 'canonical' (default): the quiet NaN with the
+    value's sign (e5m2 0x7E, fp16 0x7E00, bf16 0x7FC0, e4m3 0x7F/0xFF); 'all_ones': the
+    all-ones code 2^bits - 1 where that is a NaN (gfloat's choice: e5m2 0xFF, fp16 0xFFFF). Formats
+    with a single NaN (fnuz, P3109: 0x80 signed, 0xFF unsigned) write it either way."""
     target = get_format(fmt)
     mode = parse_rounding(rounding)
+    _codes.check_nan_code(nan_code)
     src = _wide_int(unpack(x), x, target, mode)
     values, dom = round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
     if isinstance(target, IntFormat):
         flat_codes = _codes.encode_int_values(values, target)
     else:
         assert dom is not None
-        flat_codes = _codes.encode_float_values(values, target, dom)
+        flat_codes = _codes.encode_float_values(values, target, dom, nan_code)
     return _wrap_codes(flat_codes.reshape(src.shape), x)
 
 

@@ -8,6 +8,15 @@ sign absent for unsigned formats. Integers use two's complement in the low b bit
     IEEE       field all ones: mant == 0 -> inf, else NaN (encode writes the quiet NaN 1 << (M-1))
     FN         all-ones field and mantissa -> NaN (per sign)
     FNUZ       the negative-zero code (1 << (bits - 1)) -> NaN; no other specials
+    extended   the magnitude code above max_finite_code -> ±inf (P3109 binary{K}p{P}se / ue)
+
+NaN codes that encode writes (nan_code):
+    canonical  the quiet NaN with the value's sign: IEEE top field with the mantissa's top bit
+               (e5m2 0x7E, fp16 0x7E00, bf16 0x7FC0, fp32 0x7FC00000), FN all ones with the sign
+               (e4m3 0x7F / 0xFF), FNUZ and signed P3109 their one NaN 0x80, unsigned formats their
+               all-ones code (ue8m0, unsigned P3109: 0xFF)
+    all_ones   the all-ones code 2^bits - 1 wherever it is a NaN (IEEE, FN: e5m2 0xFF, fp16 0xFFFF,
+               e4m3 0xFF), else the format's one NaN (FNUZ, signed P3109: 0x80): gfloat's code_of_nan
 """
 
 from __future__ import annotations
@@ -28,6 +37,22 @@ def code_dtype(bits: int) -> type[np.unsignedinteger]:
     return np.uint64
 
 
+NAN_CODES = ("canonical", "all_ones")
+
+
+def check_nan_code(choice: str) -> str:
+    if choice not in NAN_CODES:
+        raise ValueError(f"nan_code must be one of {', '.join(NAN_CODES)}, got {choice!r}")
+    return choice
+
+
+def all_ones_nan_code(fmt: FloatFormat) -> int:
+    """2^bits - 1 where that code is a NaN (IEEE and FN), else the format's one NaN code (FNUZ)."""
+    if fmt.encoding is Encoding.FNUZ:
+        return nan_code(fmt)
+    return nan_code(fmt) | ((1 << fmt.bits) - 1)
+
+
 def nan_code(fmt: FloatFormat) -> int:
     """The canonical (positive, quiet) NaN code."""
     if fmt.encoding is Encoding.FNUZ:
@@ -40,8 +65,9 @@ def nan_code(fmt: FloatFormat) -> int:
     raise ValueError(f"{fmt.name} has no NaN")
 
 
-def encode_float_values(values: np.ndarray, fmt: FloatFormat, dom: Domain) -> np.ndarray:
-    """Codes of values that are exact members of fmt (as produced by the rounding engine)."""
+def encode_float_values(values: np.ndarray, fmt: FloatFormat, dom: Domain, nan: str = "canonical") -> np.ndarray:
+    """Codes of values that are exact members of fmt (as produced by the rounding engine); `nan`
+    chooses the NaN code (see the module docstring)."""
     udt = dom.uint_dtype
     u = values.view(udt)
     mag_bits = u & udt(dom.sign_bit - 1)
@@ -62,13 +88,15 @@ def encode_float_values(values: np.ndarray, fmt: FloatFormat, dom: Domain) -> np
 
     is_inf = mag == np.inf
     if is_inf.any():
-        codes[is_inf] = fmt.top_exponent_field << M
+        codes[is_inf] = fmt.inf_code
     is_nan = np.isnan(mag)
     if fmt.signed:
         codes |= negative.astype(np.int64) << (fmt.bits - 1)
     if is_nan.any():
         base = nan_code(fmt)
-        if fmt.encoding is Encoding.FNUZ or not fmt.signed:
+        if nan == "all_ones":
+            codes[is_nan] = all_ones_nan_code(fmt)
+        elif fmt.encoding is Encoding.FNUZ or not fmt.signed:
             codes[is_nan] = base
         else:
             codes[is_nan] = base | (negative[is_nan].astype(np.int64) << (fmt.bits - 1))
@@ -95,6 +123,8 @@ def decode_float_codes(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:
         values[top & (mant != 0)] = np.nan
     elif fmt.encoding is Encoding.FN:
         values[top & (mant == (1 << M) - 1)] = np.nan
+    if fmt.extended:
+        values[(c & np.uint64((1 << (E + M)) - 1)) == np.uint64(fmt.inf_code)] = np.inf
     if fmt.signed:
         negative = ((c >> np.uint64(fmt.bits - 1)) & np.uint64(1)).astype(bool)
         values[negative] = -values[negative]

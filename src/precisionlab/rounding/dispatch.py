@@ -34,7 +34,7 @@ from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat, Overf
 from precisionlab.rounding import breakpoints, engine, general, search
 from precisionlab.rounding.cast_kernels import CastThrough, IeeeBits, IeeeFrom32, IeeeFrom64
 from precisionlab.rounding.chunks import CHUNK, ChunkKernel, run_chunked
-from precisionlab.rounding.modes import NanPolicy, Rounding, parse_overflow
+from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
 from precisionlab.rounding.search import Reference, SearchTable
 from precisionlab.rounding.table_kernels import Table32, Table64
 
@@ -46,8 +46,10 @@ about 200-500 float32 elements and about 500-1000 float64 elements (whose kernel
 CACHE_LIMIT = 64
 """Kernels kept (a 16-bit format's holds about 1-2 MiB of tables); the cache is emptied when full."""
 
-DETERMINISTIC = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.TOWARD_ZERO)
-"""Modes the fast paths tabulate; any other mode goes through the general path."""
+DETERMINISTIC = (Rounding.NEAREST_EVEN, Rounding.NEAREST_AWAY, Rounding.TOWARD_ZERO, Rounding.TOWARD_POSITIVE,
+                 Rounding.TOWARD_NEGATIVE, Rounding.TO_ODD)
+"""Modes the fast paths tabulate (each a fixed function of x, stepping only at breakpoint
+candidates); any other mode, stochastic or new, goes through the general path."""
 
 _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
@@ -128,7 +130,7 @@ def _build(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflo
            nan: NanPolicy) -> ArrayKernel:
     reference: Reference = partial(general.round_values, fmt=fmt, rounding=mode, overflow=overflow, nan=nan)
     message = f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
-    found = breakpoints.candidates(fmt)
+    found = breakpoints.candidates(fmt, to_odd=mode is Rounding.TO_ODD)
     small = search.build(found, dtype.type, reference, message) if found is not None else None
     out_dtype = general.output_dtype(fmt, dtype)
     chunk = _chunk_kernel(fmt, dtype, mode, overflow, nan, found, out_dtype, message)
@@ -139,7 +141,9 @@ def _build(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflo
 
 def _chunk_kernel(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflow | None, nan: NanPolicy,
                   found: np.ndarray | None, out_dtype: np.dtype, message: str) -> ChunkKernel | None:
-    if fmt.bits <= 8 and found is not None and breakpoints.all_bf16(found):
+    # float32 input reaches only the candidates inside float32's range; float64 input reaches all
+    steps = breakpoints.reachable(found, np.float32) if found is not None and dtype == _FLOAT32 else found
+    if fmt.bits <= 8 and steps is not None and breakpoints.all_bf16(steps):
         relaxed = general.round_values(engine.table_representatives(), fmt, mode, overflow, NanPolicy.ZERO)
         table = relaxed.astype(out_dtype)
         table.flags.writeable = False
@@ -147,7 +151,7 @@ def _chunk_kernel(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | 
         return Table32(table, raises) if dtype == _FLOAT32 else Table64(table, raises)
     if isinstance(fmt, IntFormat):
         return None
-    policy = fmt.default_overflow if overflow is None else parse_overflow(overflow)
+    policy = overflow_policy(overflow, fmt.default_overflow)
     if policy is not Overflow.INF:
         return None
     fields = fmt.defining_fields

@@ -15,9 +15,14 @@ the input is float64 or the format's range does not sit inside float32's):
                      ue8m0 alone ties up instead, as ml_dtypes does.
       nearest_away : add 2^(s-1)
       toward_zero  : add 0
+      toward_positive / toward_negative : add 2^s - 1 (the ceiling of the magnitude) where
+                     the mode moves the magnitude up (positive x for toward_positive, negative
+                     x for toward_negative), else 0
+      to_odd       : clear the low bits; if any was set and the kept code is even, add 2^s
+                     (the odd neighbour; with M = 0 the next binade when the exponent is even)
       stochastic   : add s uniformly random bits, so P(round up) = remainder / 2^s
-                     exactly and E[round(x)] = x for |x| <= max_finite. Past max_finite
-                     the overflow policy decides, deterministically (no member lies above).
+                     exactly and E[round(x)] = x for |x| <= max_finite. Past max_finite the
+                     overflow policy decides, deterministically (no member lies above).
 
 * Target-subnormal range (|x| < 2^emin): the grid is uniform with quantum
   q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling (by ldexp: 1/q overflows
@@ -46,7 +51,7 @@ import numpy as np
 from precisionlab import parallel as thread_pool
 from precisionlab.formats import FloatFormat, IntFormat, Overflow, get_float_format
 from precisionlab.rounding import chunks
-from precisionlab.rounding.modes import NanPolicy, Rounding
+from precisionlab.rounding.modes import DIRECTED, NanPolicy, Rounding
 
 CHUNK = 1 << 16
 """Elements per chunk: small enough that a chunk's temporaries stay in cache."""
@@ -114,15 +119,33 @@ def holds_all_values(fmt: FloatFormat | IntFormat, container: FloatFormat) -> bo
 
 
 # --------------------------------------------------------------------------- integer rounding
-def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.random.Generator | None) -> np.ndarray:
-    """Round v >= 0 (a float array) to integers (as floats) with the given mode, exactly."""
+def magnitude_rounds_up(negative: np.ndarray, rounding: Rounding) -> np.ndarray | None:
+    """For a directed mode, where it moves the magnitude away from zero: toward_positive for the
+    positive elements, toward_negative for the negative ones. None for every other mode."""
+    if rounding is Rounding.TOWARD_POSITIVE:
+        return ~negative
+    if rounding is Rounding.TOWARD_NEGATIVE:
+        return negative
+    return None
+
+
+def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.random.Generator | None,
+                                 up: np.ndarray | None = None) -> np.ndarray:
+    """Round v >= 0 (a float array) to integers (as floats) with the given mode, exactly. For the
+    directed modes `up` (from magnitude_rounds_up) says which elements take the ceiling."""
     if rounding is Rounding.NEAREST_EVEN:
         return np.rint(v)
     floor = np.floor(v)
     if rounding is Rounding.TOWARD_ZERO:
         return floor
+    if rounding in DIRECTED:
+        if up is None:
+            raise ValueError(f"{rounding.value} needs the elements' signs")
+        return np.where(up, np.ceil(v), floor)
     with np.errstate(invalid="ignore"):  # inf - inf: NaN, and a NaN fraction never rounds inf up
         frac = v - floor  # exact: the fractional part of a float is representable
+    if rounding is Rounding.TO_ODD:
+        return floor + ((frac > 0) & (np.fmod(floor, 2.0) == 0))
     if rounding is Rounding.NEAREST_AWAY:
         return floor + (frac >= 0.5)
     assert rng is not None
@@ -173,6 +196,7 @@ def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator |
     u = x.view(udt)
     mag = u & udt(dom.sign_bit - 1)
     sign = u ^ mag
+    up = magnitude_rounds_up(sign != 0, rounding)
     shift = dom.man_bits - fmt.man_bits
     if shift > 0:
         low_mask = udt((1 << shift) - 1)
@@ -186,6 +210,17 @@ def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator |
             r = mag + udt(1 << (shift - 1))
         elif rounding is Rounding.TOWARD_ZERO:
             r = mag.copy()
+        elif up is not None:
+            r = up.astype(udt)
+            r *= low_mask
+            r += mag
+        elif rounding is Rounding.TO_ODD:
+            r = mag & ~low_mask
+            even_code = (r >> udt(shift)) & udt(1)
+            if _kept_bit_is_odd_code(fmt, dom):
+                even_code ^= udt(1)
+            even_code &= ((mag & low_mask) != 0).astype(udt)  # inexact and even: step to the odd neighbour
+            r += even_code << udt(shift)
         else:
             assert rng is not None
             r = rng.integers(0, 1 << shift, size=mag.shape, dtype=udt)
@@ -200,29 +235,46 @@ def round_float_chunk(x: np.ndarray, plan: FloatPlan, rng: np.random.Generator |
         sub = absx < math.ldexp(1.0, fmt.emin)
         if sub.any():
             scaled = np.ldexp(absx[sub], fmt.man_bits - fmt.emin)
-            rounded = round_nonnegative_to_integer(scaled, rounding, rng)
+            rounded = round_nonnegative_to_integer(scaled, rounding, rng, None if up is None else up[sub])
             out[sub] = np.ldexp(rounded, fmt.emin - fmt.man_bits)
 
-    _apply_specials(out, mag, sign, absx, plan)
+    _apply_specials(out, mag, sign, absx, plan, up)
     out.view(udt)[...] |= sign
     return out
 
 
-def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np.ndarray, plan: FloatPlan) -> None:
+_SATURATING = (Overflow.SATURATE, Overflow.SATURATE_PROPAGATE)
+
+
+def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np.ndarray, plan: FloatPlan,
+                    up: np.ndarray | None) -> None:
     fmt, dom = plan.fmt, plan.dom
     udt = dom.uint_dtype
     max_finite = dom.float_dtype(fmt.max_finite)
     is_nan = mag > udt(dom.inf_bits)
+    # Where the mode moves the magnitude toward zero it never leaves the range (None: nowhere).
+    inward: np.ndarray | bool | None = True if plan.rounding is Rounding.TOWARD_ZERO else None if up is None else ~up
+    # Unsigned: a negative x whose rounding is not zero lies below the range (handled after the top).
+    below = None
+    if not fmt.signed:
+        below = (sign != 0) & (absx != 0) & ~is_nan
+        if fmt.has_zero:
+            below &= out != 0
 
     over = out > max_finite
     if plan.rounding is Rounding.STOCHASTIC:
         # Past max_finite no member lies above x, so no draw can be unbiased there: the value is
         # an overflow, and the policy decides it, deterministically (not by the draw).
         over |= absx > max_finite
+    if below is not None:
+        over &= ~below
     if over.any():
+        finite = mag < udt(dom.inf_bits)
         np.copyto(out, _overflow_value(fmt, plan.overflow, dom), where=over)
-        if plan.rounding is Rounding.TOWARD_ZERO:
-            np.copyto(out, max_finite, where=over & (mag < udt(dom.inf_bits)))
+        if inward is not None:
+            np.copyto(out, max_finite, where=over & finite & inward)
+        if plan.overflow is Overflow.SATURATE_PROPAGATE and fmt.has_inf:
+            np.copyto(out, dom.float_dtype(np.inf), where=over & ~finite)
 
     smallest = dom.float_dtype(fmt.min_subnormal if not fmt.has_zero else 0.0)
     no_code = dom.float_dtype(np.nan) if fmt.has_nan else smallest  # without NaN: saturate
@@ -230,9 +282,13 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
         # No zero code: anything smaller than the smallest value becomes it; 0 has no code.
         np.copyto(out, smallest, where=(out < smallest) & (absx > 0))
         np.copyto(out, no_code, where=absx == 0)
-    if not fmt.signed:
-        negative = (sign != 0) & (absx != 0)
-        np.copyto(out, no_code, where=negative)
+    if below is not None:
+        if plan.overflow in _SATURATING:
+            np.copyto(out, smallest, where=below)
+        else:
+            np.copyto(out, no_code, where=below)
+            if inward is not None:
+                np.copyto(out, smallest, where=below & (mag < udt(dom.inf_bits)) & inward)
         sign[...] = 0
     elif not fmt.has_negative_zero:
         # A NaN whose payload carried into the sign bit reads as -0 here; it keeps its sign.
@@ -255,7 +311,7 @@ def _overflow_value(fmt: FloatFormat, overflow: Overflow, dom: Domain) -> np.flo
         return dom.float_dtype(np.inf)
     if overflow is Overflow.NAN:
         return dom.float_dtype(np.nan)
-    return dom.float_dtype(fmt.max_finite)
+    return dom.float_dtype(fmt.max_finite)  # saturate; saturate_propagate for finite values
 
 
 # --------------------------------------------------------------------------- fast table path
@@ -311,7 +367,7 @@ def round_int_chunk(x: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanP
     is_nan = np.isnan(x)
     if is_nan.any() and nan is NanPolicy.RAISE:
         raise ValueError(f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0")
-    magnitude = round_nonnegative_to_integer(np.abs(x), rounding, rng)
+    magnitude = round_nonnegative_to_integer(np.abs(x), rounding, rng, magnitude_rounds_up(np.signbit(x), rounding))
     out = np.copysign(magnitude, x)
     np.clip(out, fmt.min_value, fmt.max_value, out=out)
     out[is_nan] = 0

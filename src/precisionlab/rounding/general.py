@@ -15,7 +15,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_float_format
 from precisionlab.rounding import engine
-from precisionlab.rounding.modes import NanPolicy, Rounding, parse_overflow
+from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
 
 FP32 = get_float_format("fp32")
 FP64 = get_float_format("fp64")
@@ -45,10 +45,10 @@ def round_flat(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str 
     if flat.dtype == np.float16:
         flat = flat.astype(np.float32)
     if isinstance(fmt, IntFormat):
-        if overflow is not None and parse_overflow(overflow) is not Overflow.SATURATE:
+        if overflow_policy(overflow, Overflow.SATURATE) not in (Overflow.SATURATE, Overflow.SATURATE_PROPAGATE):
             raise ValueError(f"{fmt.name} has neither inf nor NaN: integers always saturate")
         return engine.round_int_array(flat, fmt, rounding, nan, rng), None
-    policy = fmt.default_overflow if overflow is None else parse_overflow(overflow)
+    policy = overflow_policy(overflow, fmt.default_overflow)
     engine.check_policies(fmt, policy)
     dom = engine.compute_domain(fmt, flat.dtype)
     plan = engine.FloatPlan(fmt, dom, rounding, policy, nan)

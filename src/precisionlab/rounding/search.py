@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from precisionlab.rounding.breakpoints import distinct, exact_in
+from precisionlab.rounding.breakpoints import distinct, exact_in, reachable
 
 Reference = Callable[[np.ndarray], np.ndarray]
 """The exact engine on a 1-D array of the input dtype (its values in the output dtype)."""
@@ -64,7 +64,7 @@ def build(candidates: np.ndarray, dtype: type[np.floating], reference: Reference
           nan_message: str) -> SearchTable | None:
     """The search table of `reference` over inputs of dtype, or None when the candidates are not
     all exact in dtype or the table does not reproduce the engine."""
-    points = exact_in(candidates, dtype)
+    points = exact_in(reachable(candidates, dtype), dtype)
     if points is None:
         return None
     try:
@@ -77,7 +77,7 @@ def build(candidates: np.ndarray, dtype: type[np.floating], reference: Reference
 def _key_space(points: np.ndarray, dtype: type[np.floating], reference: Reference,
                nan_message: str) -> SearchTable | None:
     key = _KEYS[np.dtype(dtype)]
-    at = np.append(points, dtype(-0.0)).view(key)
+    at = np.append(points, np.array([-0.0, 0.0], dtype=dtype)).view(key)  # both zeros start a piece
     starts = distinct(np.concatenate([at, at + 1]))
     values = reference(starts.view(dtype))
     kept_starts, kept_values = _merge(starts, values)

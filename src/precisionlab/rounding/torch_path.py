@@ -30,6 +30,8 @@ _TORCH_BY_REGISTRY_NAME = {
 }
 """The registered formats torch has a dtype for, by the registry's name."""
 _FAST_INPUTS = ("torch.float32", "torch.bfloat16", "torch.float16")
+POLICIES = (Overflow.INF, Overflow.NAN, Overflow.SATURATE)
+"""The overflow policies round_tensor patches torch's cast to; any other takes the exact engine."""
 
 
 @lru_cache(maxsize=1)

@@ -13,7 +13,8 @@ With z = NormalDist().inv_cdf(.) these are two linear equations in (mu, sigma):
     log10 t0         = mu + sigma * z(zero_target)
     log10 min_normal = mu + sigma * z(zero_target + subnormal_target)
 
-The defaults (3% zero, 64% subnormal) are the landmarks of the seed's Exercise 2. The grid
+The defaults (3% zero, 64% subnormal) are the landmarks of the gradient census in
+the “Precision & Quantization” course notes (module B04). The grid
 runs down from `top` = 0.75 (the largest gradient, of order one as after clipping to norm 1;
 it puts the largest safe fp16 loss scale at 2^16, because 0.75 * 2^16 = 49152 < 65504 and
 0.75 * 2^17 overflows) in steps of 10^(1/bins_per_decade), over `decades` decades; each bin's

@@ -7,7 +7,10 @@ array whose rows are 576 contiguous values. Quantized types tile each row with b
 indexed file holds no tensor data in memory.
 
 Layouts are "gguf:<TYPE>" (gguf:Q4_1, gguf:F32, ...); F32 / F16 / BF16 decode to their exact float32
-values. Other GGML types (Q2_K, Q3_K, Q5_K, the IQ and TQ families, MXFP4) are kept with layout
+values (scheme None). Each quantized type reports its precisionlab preset as the scheme (gguf_q4_1, ...;
+`quant.scheme.GGUF_PRESETS`), and `quantized(tensor)` gives its blocks as a QuantizedTensor under that
+preset, so `quantize(tensor.dequantize(), tensor.scheme)` can be compared with the file's own blocks.
+Other GGML types (Q2_K, Q3_K, Q5_K, the IQ and TQ families, MXFP4) are kept with layout
 "unknown" and a note.
 """
 
@@ -20,7 +23,8 @@ import numpy as np
 
 from precisionlab.interop.checkpoint import UNKNOWN, Checkpoint, CheckpointTensor, PartRef
 from precisionlab.interop.readers.common import bf16_to_float32
-from precisionlab.interop.readers.gguf_blocks import BLOCK_FORMATS, dequantize_blocks
+from precisionlab.interop.readers.gguf_blocks import BLOCK_FORMATS, dequantize_blocks, quantized_tensor
+from precisionlab.quant.tensor import QuantizedTensor
 
 GGUF_MAGIC = b"GGUF"
 FLOAT_TYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
@@ -115,3 +119,11 @@ def decode(tensor: CheckpointTensor) -> np.ndarray:
         return np.array(raw, dtype=np.float32).reshape(tensor.shape)
     values = dequantize_blocks(tensor.refs["blocks"].load(), BLOCK_FORMATS[type_name])
     return values.reshape(tensor.shape)
+
+
+def quantized(tensor: CheckpointTensor) -> QuantizedTensor:
+    """A GGUF block tensor as a QuantizedTensor under its gguf_* preset: the stored codes, scales and mins."""
+    type_name = tensor.details.get("ggml_type")
+    if tensor.decoder != "gguf" or type_name not in BLOCK_FORMATS:
+        raise ValueError(f"{tensor.name}: not a GGUF block tensor this reader decodes (layout {tensor.layout})")
+    return quantized_tensor(tensor.refs["blocks"].load(), type_name, tensor.shape)

@@ -1,0 +1,146 @@
+"""What the evaluation statistics cost, against scipy measured in the same run, and how well
+their intervals are calibrated.
+
+    python3 benchmarks/bench_eval_stats.py [--repeat 3 --units 1000]
+    python3 benchmarks/bench_eval_stats.py --coverage [--datasets 2000 --resamples 1000]
+
+  mean difference   paired_bootstrap_mean of --units 0/1 pairs, 10,000 resamples, percentile
+                      peer: scipy.stats.bootstrap(paired=True, vectorized, percentile)
+  perplexity ratio  paired_bootstrap_ratio of --units documents (4 per-document sums)
+                      peer: scipy.stats.bootstrap(paired=True) on the same statistic
+  BCa               paired_bootstrap_mean(method="bca")   peer: scipy's method="BCa"
+  McNemar           binomial_two_sided_p over every k for 2,000 discordant pairs
+                      peer: scipy.stats.binomtest(k, 2000).pvalue
+
+The intervals come from different random resamples, so "agree" means: both endpoints within 5 %
+of the interval's width. --coverage simulates datasets with a known true difference and prints
+how often each interval method covers it (the table in docs/eval_statistics.md). Nothing is
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+
+import numpy as np
+
+from _timing import timed
+from precisionlab.eval import stats
+
+
+def paired_binary(rng: np.random.Generator, n: int, p_ref: float, p_b: float, p_c: float) -> tuple[np.ndarray, ...]:
+    both_right = p_ref - p_b
+    category = np.digitize(rng.random(n), [both_right, both_right + p_b, both_right + p_b + p_c])
+    return ((category == 0) | (category == 1)).astype(float), ((category == 0) | (category == 2)).astype(float)
+
+
+def document_nlls(rng: np.random.Generator, n: int, log_increase: float, shape: float) -> tuple[np.ndarray, ...]:
+    tokens = rng.integers(80, 300, n).astype(float)
+    ref = tokens * rng.normal(2.5, 0.4, n) + rng.normal(0, 1, n) * np.sqrt(tokens) * 1.5
+    damage = rng.gamma(shape, 1.0 / shape, n)
+    cand = ref + tokens * log_increase * damage + rng.normal(0, 1, n) * np.sqrt(tokens) * 0.3
+    return ref, cand, tokens
+
+
+def agree(ours: stats.Interval, low: float, high: float) -> str:
+    width = high - low
+    close = abs(ours.low - low) <= 0.05 * width and abs(ours.high - high) <= 0.05 * width
+    return "agree" if close else f"DIFFER ({ours.low:.4g}, {ours.high:.4g}) vs ({low:.4g}, {high:.4g})"
+
+
+def speed(repeat: int, units: int) -> None:
+    try:
+        from scipy import stats as scipy_stats
+    except ImportError:
+        print("scipy is not installed: only our timings are shown (pip install scipy)")
+        scipy_stats = None
+    rng = np.random.default_rng(0)
+    ref, cand = paired_binary(rng, units, 0.7, 0.1, 0.06)
+    nll_ref, nll_cand, tokens = document_nlls(rng, units, 0.02, 1.0)
+
+    def mean_difference(r: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
+        return 100 * np.mean(c - r, axis=axis)
+
+    def ppl_ratio(r: np.ndarray, nr: np.ndarray, c: np.ndarray, nc: np.ndarray, axis: int = -1) -> np.ndarray:
+        return 100 * np.expm1(c.sum(axis) / nc.sum(axis) - r.sum(axis) / nr.sum(axis))
+
+    cases = [
+        ("mean difference", lambda: stats.paired_bootstrap_mean(ref, cand, method="percentile"),
+         (ref, cand), mean_difference, "percentile"),
+        ("perplexity ratio", lambda: stats.paired_bootstrap_ratio(nll_ref, tokens, nll_cand, tokens,
+                                                                  method="percentile"),
+         (nll_ref, tokens, nll_cand, tokens), ppl_ratio, "percentile"),
+        ("BCa", lambda: stats.paired_bootstrap_mean(ref, cand, method="bca"), (ref, cand), mean_difference, "BCa"),
+    ]
+    print(f"{'case':18s} {'ours (s)':>10s} {'scipy (s)':>10s} {'ratio':>7s}  result")
+    for name, ours_fn, arrays, statistic, method in cases:
+        ours_time, ours = timed(ours_fn, repeat)
+        if scipy_stats is None:
+            print(f"{name:18s} {ours_time:10.3f}")
+            continue
+        def peer(arrays: tuple[np.ndarray, ...] = arrays, statistic=statistic, method: str = method):  # type: ignore[no-untyped-def]
+            return scipy_stats.bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=10_000,
+                                         method=method, random_state=np.random.default_rng(1)).confidence_interval
+        peer_time, interval = timed(peer, repeat)
+        print(f"{name:18s} {ours_time:10.3f} {peer_time:10.3f} {peer_time / ours_time:6.1f}x  "
+              f"{agree(ours, interval.low, interval.high)}")
+    n = 2000
+    ours_time, ours_p = timed(lambda: [stats.binomial_two_sided_p(k, n) for k in range(n + 1)], repeat)
+    if scipy_stats is None:
+        print(f"{'McNemar':18s} {ours_time:10.3f}")
+        return
+    peer_time, peer_p = timed(lambda: [scipy_stats.binomtest(k, n).pvalue for k in range(n + 1)], repeat)
+    differing = sum(not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-300) for a, b in zip(ours_p, peer_p, strict=True))
+    print(f"{'McNemar':18s} {ours_time:10.3f} {peer_time:10.3f} {peer_time / ours_time:6.1f}x  "
+          f"{differing} of {n + 1} p-values differ (rel 1e-9)")
+
+
+def coverage(datasets: int, resamples: int) -> None:
+    scenarios: list[tuple[str, object]] = []
+    for n, p_b, p_c in [(100, 0.10, 0.05), (100, 0.04, 0.02), (200, 0.05, 0.02), (400, 0.03, 0.03)]:
+        scenarios.append((f"0/1, n={n}, lost {p_b:.0%} gained {p_c:.0%}", ("binary", n, p_b, p_c)))
+    for n, delta, shape in [(24, 0.05, 1.0), (40, 0.02, 1.0), (40, 0.02, 4.0), (100, 0.01, 1.0)]:
+        scenarios.append((f"ppl, {n} docs, +{delta} nats, gamma {shape:g}", ("ppl", n, delta, shape)))
+    methods = ("expanded", "percentile", "bca")
+    print(f"coverage of the 95 % interval, {datasets} datasets, {resamples} resamples each "
+          f"(binomial sd {100 * math.sqrt(0.95 * 0.05 / datasets):.2f} %)")
+    print(f"{'scenario':44s} " + " ".join(f"{m:>10s}" for m in methods))
+    for label, spec in scenarios:
+        kind, n, a, b = spec  # type: ignore[misc]
+        hits = dict.fromkeys(methods, 0)
+        rng = np.random.default_rng(2024)
+        for i in range(datasets):
+            if kind == "binary":
+                ref, cand = paired_binary(rng, n, 0.7, a, b)
+                truth = 100 * (b - a)
+                intervals = {m: stats.paired_bootstrap_mean(ref, cand, resamples, seed=i, method=m) for m in methods}
+            else:
+                ref, cand, tokens = document_nlls(rng, n, a, b)
+                truth = 100 * math.expm1(a)
+                intervals = {m: stats.paired_bootstrap_ratio(ref, tokens, cand, tokens, resamples, seed=i, method=m)
+                             for m in methods}
+            for m, interval in intervals.items():
+                hits[m] += interval.contains(truth)
+        print(f"{label:44s} " + " ".join(f"{100 * hits[m] / datasets:9.1f}%" for m in methods), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--units", type=int, default=1000)
+    parser.add_argument("--coverage", action="store_true", help="print the simulated coverage table instead")
+    parser.add_argument("--datasets", type=int, default=2000)
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    print(f"{platform.python_version()} numpy {np.__version__}, {os.cpu_count()} cpus")
+    if args.coverage:
+        coverage(args.datasets, args.resamples)
+    else:
+        speed(args.repeat, args.units)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""`precisionlab eval`: task-level evidence on a real model, each scheme paired against the float reference.
+
+    precisionlab eval --model smollm2-135m --schemes int8:row,int4:g128,nvfp4,mxfp4 --tasks ppl,choice \\
+        --max-drop 1.0 [--size N] [--include PAT ...] [--exclude PAT ...] [--json] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+
+from precisionlab.cli.common import emit, lab_output_options
+
+
+class StepProgress:
+    """Progress over examples: a rich bar on a terminal (stderr), else one line per finished step."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> StepProgress:
+        if self.console.is_terminal:
+            from rich.progress import Progress
+
+            self.bar = Progress(console=self.console, transient=True)
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+    def start(self, description: str, total: int) -> None:
+        if self.bar is not None:
+            if self.task is not None:
+                self.bar.remove_task(self.task)
+            self.task = self.bar.add_task(description, total=total)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, advance=n)
+
+    def done(self, description: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(f"[dim]{_escape(description)}[/dim]")
+        else:
+            click.echo(description, err=True)
+
+    def note(self, line: str) -> None:
+        self.done(line)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+@click.command("eval")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True,
+              help="A packaged name (smollm2-135m, minilm-l6), a Hugging Face directory, a .gguf file or a hub id.")
+@click.option("--schemes", "-s", multiple=True,
+              help="Candidates, comma-separated or repeated: a quant scheme (int8:row, int4:g128, nvfp4, mxfp4, "
+                   "...), optionally +act=SCHEME (activations, per token) and +kv=SCHEME (KV cache); 'none' keeps "
+                   "the weights. Default: int8:row,int4:g128,nvfp4,mxfp4.")
+@click.option("--tasks", "-t", multiple=True,
+              help="Built-in tasks (ppl, choice, generate for causal LMs; retrieval for encoders) and paths to "
+                   "user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval for "
+                   "an encoder).")
+@click.option("--max-drop", type=float, default=1.0, show_default=True,
+              help="Threshold declared before the run: percentage points for accuracy-like metrics, percent "
+                   "increase for perplexity.")
+@click.option("--size", type=float, default=1.0, show_default=True,
+              help="Multiplier of the built-in sets' sizes (1: 40 documents, 100 choice examples, 32 prompts, "
+                   "64 retrieval pairs).")
+@click.option("--include", multiple=True, metavar="PATTERN",
+              help="Glob on module names of the layers to quantize (repeatable; default: every Linear).")
+@click.option("--exclude", multiple=True, metavar="PATTERN",
+              help="Glob on module names to keep in float (repeatable; default: lm_head and *embed*; 'none' "
+                   "quantizes those too).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True,
+              help="The reference's dtype (the model is loaded in it).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the choice data.")
+@click.option("--resamples", type=int, default=10_000, show_default=True, help="Bootstrap resamples.")
+@click.option("--no-cache", is_flag=True,
+              help="Recompute the reference's outputs (neither read nor write the reference cache; a GGUF "
+                   "model's converted copy is still used).")
+@click.option("--threads", type=int, default=None,
+              help="torch threads (default: torch's own choice; 1 is often faster on a busy machine).")
+@lab_output_options
+def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_drop: float, size: float,
+            include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
+            threads: int | None, as_json: bool, out_dir: Path | None) -> None:
+    """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
+    from precisionlab.eval.candidates import parse_candidates
+    from precisionlab.eval.data import task_sizes
+    from precisionlab.eval.runner import check_max_drop, check_resamples
+    from precisionlab.eval.tasks import check_task_names
+    from precisionlab.labs import eval as eval_lab
+    from precisionlab.models import load_model, peers
+
+    chosen = _split(schemes) or list(eval_lab.DEFAULT_SCHEMES)
+    parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
+    check_max_drop(max_drop)
+    check_resamples(resamples)
+    task_sizes(size)
+    task_names = _split(tasks)
+    check_task_names(task_names)
+    excluded: list[str] | None = None
+    if exclude:
+        excluded = [] if [e.lower() for e in exclude] == ["none"] else list(exclude)
+    if threads is not None:
+        if threads < 1:
+            raise click.BadParameter(f"must be a positive integer, got {threads}", param_hint="'--threads'")
+        peers.torch().set_num_threads(threads)
+    command = _command(model, chosen, task_names, max_drop, size, include, exclude, dtype, seed)
+    with StepProgress() as progress:
+        loaded = load_model(model, dtype=dtype, progress=progress.note)
+        progress.note(f"loaded {loaded.name} ({loaded.kind}, {loaded.load_seconds:.1f} s"
+                      f"{', from the cache' if loaded.from_cache else ''})")
+        result = eval_lab.run(model, chosen, task_names, max_drop=max_drop, size=size, include=list(include),
+                              exclude=excluded, seed=seed, cache=not no_cache, n_resamples=resamples, dtype=dtype,
+                              command=command, progress=progress, loaded=loaded, examples_dir=out_dir)
+    emit(result, as_json, out_dir)
+    if out_dir is not None and not as_json:
+        click.echo(f"wrote per-example scores to {out_dir}/eval_<task>_examples.jsonl and per-layer records to "
+                   f"{out_dir}/eval_layers.jsonl")
+
+
+def _command(model: str, schemes: list[str], tasks: list[str], max_drop: float, size: float,
+             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int) -> str:
+    """The command line that reproduces this run (recorded in the results)."""
+    parts = ["precisionlab", "eval", "--model", model, "--schemes", ",".join(schemes)]
+    if tasks:
+        parts += ["--tasks", ",".join(tasks)]
+    parts += ["--max-drop", f"{max_drop:g}", "--size", f"{size:g}"]
+    for pattern in include:
+        parts += ["--include", pattern]
+    for pattern in exclude:
+        parts += ["--exclude", pattern]
+    if dtype != "float32":
+        parts += ["--dtype", dtype]
+    if seed:
+        parts += ["--seed", str(seed)]
+    return " ".join(shlex.quote(p) for p in parts)
+

@@ -1,0 +1,74 @@
+"""Candidate specs: what is quantized in a compared model (weights, activations, KV cache).
+
+    int4:g128                   weights only (any scheme string of precisionlab.quant)
+    int8:row+act=int8:row       W8A8: per-channel int8 weights, per-token dynamic int8 activations
+    e4m3:row+act=e4m3:row       fp8 weights and per-token fp8 activations
+    none+kv=int8:row            the KV cache only (keys and values per token and head)
+    int4:g128+kv=int4:g32       weights and KV cache
+
+Parts are joined by "+" (scheme strings never contain it); `none` leaves the weights alone.
+The label is the canonical spelling (each scheme as `str(parse_scheme(...))`), so two spellings
+of one candidate share their findings keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from precisionlab.quant import parse_scheme
+
+
+@dataclass(frozen=True)
+class Candidate:
+    weights: str | None
+    act: str | None = None
+    kv: str | None = None
+
+    @property
+    def label(self) -> str:
+        parts = [self.weights or "none"]
+        if self.act:
+            parts.append(f"act={self.act}")
+        if self.kv:
+            parts.append(f"kv={self.kv}")
+        return "+".join(parts)
+
+    @property
+    def weight_scheme(self) -> str | None:
+        return self.weights
+
+
+def parse_candidate(text: str) -> Candidate:
+    """One candidate (see the module docstring); ValueError names the bad part."""
+    parts = [p.strip() for p in text.strip().split("+")]
+    if not parts or any(not p for p in parts):
+        raise ValueError(f"empty part in candidate {text!r}; write WEIGHTS[+act=SCHEME][+kv=SCHEME]")
+    head, rest = parts[0], parts[1:]
+    weights = None if head.lower() == "none" else str(parse_scheme(head))
+    found: dict[str, str] = {}
+    for part in rest:
+        key, eq, value = part.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in ("act", "kv"):
+            raise ValueError(f"part {part!r} of candidate {text!r}: expected act=SCHEME or kv=SCHEME")
+        if key in found:
+            raise ValueError(f"candidate {text!r} sets {key}= twice")
+        found[key] = str(parse_scheme(value.strip()))
+    candidate = Candidate(weights, found.get("act"), found.get("kv"))
+    if candidate.weights is None and candidate.act is None and candidate.kv is None:
+        raise ValueError(f"candidate {text!r} quantizes nothing (the reference is always compared against)")
+    return candidate
+
+
+def parse_candidates(specs: Iterable[str]) -> list[Candidate]:
+    """Comma-separated and repeated specs, in order, without repeats (by canonical label)."""
+    out: dict[str, Candidate] = {}
+    for spec in specs:
+        for part in spec.split(","):
+            if part.strip():
+                candidate = parse_candidate(part)
+                out.setdefault(candidate.label, candidate)
+    if not out:
+        raise ValueError("give at least one scheme to compare, e.g. --schemes int8:row,int4:g128")
+    return list(out.values())

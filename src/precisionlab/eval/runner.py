@@ -1,0 +1,534 @@
+"""Run a paired evaluation: the reference once (or from its cache), then each candidate once.
+
+    run = evaluate(loaded, parse_candidates(["int8:row", "int4:g128"]), resolve_tasks(["ppl", "choice"], ...),
+                   max_drop=1.0)
+    run.tasks[0].outcomes[0].comparisons["ppl"].verdict        # "pass" / "fail" / "inconclusive"
+
+Per candidate: its weights are quantized in place (models.weights; restored afterwards),
+activation hooks and the KV-cache factory are attached, the layer-output error is measured
+on a probe of PROBE_TOKENS tokens, then every task is scored with the same batches as the
+reference. Statistics come from eval.stats on the per-example scores, resampling the data's
+units (topics for the built-in sets, every example of a user file on its own):
+
+    task       metric (verdict)                              unit  extra metrics (interval, no verdict)
+    ppl        perplexity: percent increase                   %    kl (nats / token), top1_agreement (%)
+    choice     acc: difference in percentage points           pp   acc_norm (with its own verdict)
+    generate   exact_match with the reference's output, or    pp   token_agreement (% of the longer output
+               with `answer` when the file gives one                before the first differing token)
+    retrieval  acc@1                                          pp   cosine (embedding cosine with the reference)
+
+Memory: the model, a copy of the selected weights while a candidate is applied (the originals
+are kept to restore them), one batch of logits: about 2× the fp32 model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from precisionlab.eval import scoring, stats
+from precisionlab.eval.candidates import Candidate
+from precisionlab.eval.reference import load_reference, ragged, reference_key, save_reference, unragged
+from precisionlab.eval.tasks import TaskSpec
+from precisionlab.models import peers
+
+PPL_MAX_TOKENS = 512
+"""Tokens scored per perplexity document (the built-in documents have about 250)."""
+GENERATE_NEW_TOKENS = 32
+PROBE_TOKENS = 256
+"""Tokens of the probe on which the layer-output error is measured."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Token limits of the scoring (part of the reference-cache key)."""
+
+    ppl_max_tokens: int = PPL_MAX_TOKENS
+    generate_new_tokens: int = GENERATE_NEW_TOKENS
+    probe_tokens: int = PROBE_TOKENS
+
+PRIMARY = {"ppl": "ppl", "choice": "acc", "generate": "exact_match", "retrieval": "acc@1"}
+UNITS = {"ppl": "%", "choice": "pp", "generate": "pp", "retrieval": "pp"}
+
+
+class Progress(Protocol):
+    def start(self, description: str, total: int) -> None: ...
+
+    def advance(self, n: int) -> None: ...
+
+    def done(self, description: str) -> None: ...
+
+
+class SilentProgress:
+    def start(self, description: str, total: int) -> None:
+        return None
+
+    def advance(self, n: int) -> None:
+        return None
+
+    def done(self, description: str) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class Outcome:
+    """One candidate on one task."""
+
+    candidate: str
+    metrics: dict[str, float]
+    """The candidate's own metric values (ppl, acc, acc_norm, ...)."""
+    comparisons: dict[str, stats.Comparison]
+    """Verdict-bearing comparisons against the reference, primary metric first."""
+    extras: dict[str, stats.Interval]
+    """Intervals of the candidate's agreement with the reference (kl, top1_agreement, cosine, ...)."""
+    per_example: dict[str, list[Any]]
+    seconds: float = 0.0
+
+
+@dataclass
+class TaskRun:
+    spec: TaskSpec
+    reference: dict[str, float]
+    reference_examples: dict[str, list[Any]]
+    reference_cached: bool
+    reference_seconds: float
+    outcomes: list[Outcome] = field(default_factory=list)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """The reference's raw outputs (what the cache holds), for scoring the candidates."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
+    def primary(self) -> str:
+        return PRIMARY[self.spec.kind]
+
+    @property
+    def unit(self) -> str:
+        return UNITS[self.spec.kind]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.spec.kind != "ppl"
+
+    def outcome(self, label: str) -> Outcome:
+        for outcome in self.outcomes:
+            if outcome.candidate == label:
+                return outcome
+        raise KeyError(f"task {self.name} has no candidate {label!r}")
+
+
+@dataclass
+class CandidateRun:
+    candidate: Candidate
+    bits_per_weight: float
+    model_bytes: int
+    rel_err: float
+    sqnr_db: float
+    layer_output_err: float
+    """Mean over the quantized layers of ||x W_hat^T - x W^T|| / ||x W^T|| on the probe."""
+    alignment: str
+    """"aligned", "partly (k/N layers)" or "no": whether the scheme reproduced the source weights."""
+    quantized_layers: int
+    skipped_layers: int
+    notes: list[str]
+    layers: list[dict[str, Any]]
+    act_layers: int = 0
+    quantize_seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return self.candidate.label
+
+
+@dataclass
+class EvalRun:
+    model: dict[str, Any]
+    candidates: list[CandidateRun]
+    tasks: list[TaskRun]
+    max_drop: float
+    settings: dict[str, Any]
+    seconds: float = 0.0
+
+    def task(self, name: str) -> TaskRun:
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(f"no task {name!r}")
+
+
+# --------------------------------------------------------------------------- entry point
+def check_resamples(n_resamples: int) -> int:
+    """ValueError unless the bootstrap gets an integer of at least 100 resamples."""
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 100:
+        raise ValueError(f"--resamples must be an integer >= 100, got {n_resamples!r}")
+    return n_resamples
+
+
+def check_max_drop(max_drop: float) -> float:
+    """The threshold as a float; ValueError unless it is a finite number >= 0."""
+    value = float(max_drop)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"--max-drop must be a finite number >= 0 (percentage points, or percent for perplexity), "
+                         f"got {max_drop!r}")
+    return value
+
+
+def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskSpec], max_drop: float,
+             include: Sequence[str] = (), exclude: Sequence[str] | None = None, cache: bool = True,
+             cache_dir: Path | None = None, progress: Progress | None = None, seed: int = 0,
+             n_resamples: int = stats.DEFAULT_RESAMPLES, limits: Limits = Limits()) -> EvalRun:
+    """Score the reference (cached) and every candidate on every task; compare them (see the module)."""
+    check_max_drop(max_drop)
+    check_resamples(n_resamples)
+    progress = progress or SilentProgress()
+    _check_candidates(loaded, candidates)
+    start = time.perf_counter()
+    settings = {"ppl_max_tokens": limits.ppl_max_tokens, "kl_top_k": scoring.KL_TOP_K,
+                "generate_new_tokens": limits.generate_new_tokens, "probe_tokens": limits.probe_tokens,
+                "n_resamples": n_resamples, "seed": seed,
+                "confidence": stats.DEFAULT_CONFIDENCE, "interval": "expanded percentile, paired bootstrap"}
+    runs = [_reference(loaded, spec, cache, cache_dir, progress, limits) for spec in tasks]
+    probe = _probe(loaded, limits.probe_tokens)
+    candidate_runs: list[CandidateRun] = []
+    for candidate in candidates:
+        with _applied(loaded, candidate, include, exclude) as (report, act_layers, make_cache):
+            output_err, per_layer = _layer_output_error(loaded, report, probe)
+            layers = [_layer_dict(r, per_layer.get(r.name)) for r in report.layers] if report else []
+            candidate_runs.append(CandidateRun(
+                candidate=candidate,
+                bits_per_weight=report.bits_per_weight if report else math.nan,
+                model_bytes=report.model_bytes if report else loaded.nbytes,
+                rel_err=report.rel_err if report else 0.0,
+                sqnr_db=report.sqnr_db if report else math.inf,
+                layer_output_err=output_err,
+                alignment=report.alignment if report else "no",
+                quantized_layers=len(report.quantized) if report else 0,
+                skipped_layers=len(report.skipped) if report else 0,
+                notes=report.notes() if report else [],
+                layers=layers,
+                act_layers=act_layers,
+                quantize_seconds=report.seconds if report else 0.0,
+            ))
+            for run in runs:
+                began = time.perf_counter()
+                progress.start(f"{candidate.label}: {run.name}", len(run.spec.items))
+                outcome = _candidate_outcome(loaded, run, candidate.label, make_cache, max_drop, seed, n_resamples,
+                                             progress, limits)
+                outcome.seconds = time.perf_counter() - began
+                run.outcomes.append(outcome)
+                progress.done(f"{candidate.label}: {run.name} ({len(run.spec.items)} examples, "
+                              f"{outcome.seconds:.1f} s)")
+    model_info = {"name": loaded.name, "kind": loaded.kind, "source": loaded.source, "form": loaded.form,
+                  "fingerprint": loaded.fingerprint, "dtype": loaded.dtype, "parameters": loaded.parameters,
+                  "bytes": loaded.nbytes, "grid_note": loaded.grid_note, "source_types": dict(loaded.source_types),
+                  "load_seconds": loaded.load_seconds, "loaded_from_cache": loaded.from_cache}
+    return EvalRun(model_info, candidate_runs, runs, float(max_drop), settings, time.perf_counter() - start)
+
+
+def _check_candidates(loaded: Any, candidates: Sequence[Candidate]) -> None:
+    if not candidates:
+        raise ValueError("give at least one candidate scheme")
+    for candidate in candidates:
+        if candidate.kv and loaded.kind != "causal-lm":
+            raise ValueError(f"candidate {candidate.label}: KV-cache quantization applies to causal LMs, not to "
+                             f"the {loaded.kind} {loaded.name}")
+
+
+# --------------------------------------------------------------------------- applying a candidate
+@contextlib.contextmanager
+def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
+             exclude: Sequence[str] | None) -> Iterator[tuple[Any, int, Callable[[], Any] | None]]:
+    from precisionlab.models.hooks import SchemeKV, activation_quantization, quantized_cache
+    from precisionlab.models.weights import quantize_weights
+
+    report = quantize_weights(loaded.model, candidate.weights, include, exclude) if candidate.weights else None
+    try:
+        with contextlib.ExitStack() as stack:
+            act_layers = 0
+            if candidate.act:
+                act_layers = len(stack.enter_context(activation_quantization(loaded.model, candidate.act, include,
+                                                                             exclude)))
+            make_cache = None
+            if candidate.kv:
+                quantizer = SchemeKV(candidate.kv)
+                make_cache = lambda: quantized_cache(loaded.model, quantizer)  # noqa: E731
+            yield report, act_layers, make_cache
+    finally:
+        if report is not None:
+            report.restore()
+
+
+def _layer_dict(record: Any, output_err: float | None) -> dict[str, Any]:
+    return {"layer": record.name, "kind": record.kind, "shape": list(record.shape), "quantized": record.quantized,
+            "bytes": record.nbytes, "source_bytes": record.source_bytes, "bits_per_weight": record.bits_per_weight,
+            "rel_err": record.rel_err, "sqnr_db": record.sqnr_db, "output_rel_err": output_err,
+            "unchanged": record.unchanged, "tied": list(record.tied), "note": record.note}
+
+
+# --------------------------------------------------------------------------- probe and layer-output error
+def _probe(loaded: Any, tokens: int) -> Any:
+    """Token ids (causal LM) or texts (encoder) of the layer-output probe, from the built-in evaluation text."""
+    from precisionlab.eval import data
+
+    docs = data.ppl_documents(data.builtin_split(), 2)
+    if loaded.kind == "causal-lm":
+        lm = scoring.CausalLM(loaded.model, loaded.tokenizer, loaded.max_length)
+        ids = [lm.prefix_id, *lm.encode("\n\n".join(d.text for d in docs))][:tokens]
+        return ids
+    return [d.text for d in docs]
+
+
+def _layer_output_error(loaded: Any, report: Any, probe: Any) -> tuple[float, dict[str, float]]:
+    """Per quantized layer, ||x W_hat^T - x W^T|| / ||x W^T|| on the inputs the layer sees in the quantized
+    model's forward over the probe; and their mean."""
+    if report is None or not report.quantized:
+        return math.nan, {}
+    torch = peers.torch()
+    originals = {id(param): original for param, original in report.originals}
+    modules = dict(loaded.model.named_modules())
+    errors: dict[str, float] = {}
+    handles = []
+
+    def hook_for(name: str, module: Any) -> Callable[..., None]:
+        original = originals[id(module.weight)]
+
+        def hook(_module: Any, args: tuple[Any, ...], output: Any) -> None:
+            x = args[0]
+            if x.dtype in (torch.long, torch.int32, torch.int64):  # an embedding: a row lookup
+                ref = torch.nn.functional.embedding(x, original)
+            elif type(module).__name__ == "Conv1D":
+                ref = torch.addmm(module.bias, x.reshape(-1, x.shape[-1]), original).reshape(output.shape)
+            else:
+                ref = torch.nn.functional.linear(x, original, getattr(module, "bias", None))
+            diff = (output.double() - ref.double()).norm()
+            size = ref.double().norm()
+            errors[name] = float(diff / size) if size > 0 else (0.0 if diff == 0 else math.inf)
+
+        return hook
+
+    for record in report.quantized:
+        module = modules[record.name]
+        if id(module.weight) in originals:
+            handles.append(module.register_forward_hook(hook_for(record.name, module)))
+        for tied in record.tied:
+            if tied in modules:
+                handles.append(modules[tied].register_forward_hook(hook_for(tied, modules[tied])))
+    try:
+        with torch.inference_mode():
+            if loaded.kind == "causal-lm":
+                loaded.model(input_ids=torch.tensor([probe]), use_cache=False)
+            else:
+                inputs = loaded.tokenizer(probe, padding=True, truncation=True, max_length=loaded.max_length,
+                                          return_tensors="pt")
+                loaded.model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    values = [v for v in errors.values() if math.isfinite(v)]
+    return (float(np.mean(values)) if values else math.nan), errors
+
+
+# --------------------------------------------------------------------------- reference
+def _settings_for(spec: TaskSpec, limits: Limits) -> dict[str, Any]:
+    if spec.kind == "ppl":  # the batching too: a different batch changes the logits in their last bits
+        return {"max_tokens": limits.ppl_max_tokens, "top_k": scoring.KL_TOP_K, "batch": scoring.PPL_TOKEN_BUDGET}
+    if spec.kind == "generate":
+        return {"new_tokens": limits.generate_new_tokens, "batch": scoring.GENERATE_BATCH}
+    if spec.kind == "retrieval":
+        return {"batch": scoring.EMBED_BATCH}
+    return {}
+
+
+def _causal(loaded: Any, make_cache: Callable[[], Any] | None = None) -> scoring.CausalLM:
+    return scoring.CausalLM(loaded.model, loaded.tokenizer, loaded.max_length, make_cache)
+
+
+def _reference(loaded: Any, spec: TaskSpec, use_cache: bool, cache_dir: Path | None, progress: Progress,
+               limits: Limits) -> TaskRun:
+    began = time.perf_counter()
+    key = reference_key(loaded.fingerprint, spec.kind, spec.fingerprint, _settings_for(spec, limits))
+    arrays = load_reference(key, cache_dir) if use_cache else None
+    cached = arrays is not None
+    if arrays is None:
+        progress.start(f"reference: {spec.name}", len(spec.items))
+        arrays = reference_pass(loaded, spec, progress.advance, limits)
+        if use_cache:
+            save_reference(key, arrays, cache_dir)
+    summary, examples = _reference_summary(loaded, spec, arrays)
+    seconds = time.perf_counter() - began
+    progress.done(f"reference: {spec.name} ({len(spec.items)} examples, "
+                  f"{'from the cache' if cached else f'{seconds:.1f} s'})")
+    return TaskRun(spec, summary, examples, cached, seconds, arrays=arrays)
+
+
+def reference_pass(loaded: Any, spec: TaskSpec, advance: scoring.Advance,
+                   limits: Limits = Limits()) -> dict[str, np.ndarray]:
+    """The reference model's raw outputs for one task (what the cache stores)."""
+    items = spec.items
+    if spec.kind == "ppl":
+        lm = _causal(loaded)
+        scores = scoring.score_ppl(lm, scoring.ppl_sequences(lm, [d.text for d in items], limits.ppl_max_tokens),
+                                   advance=advance)
+        return {"nll": scores.nll, "tokens": scores.tokens, **scores.reference}
+    if spec.kind == "choice":
+        choice = scoring.score_choice(_causal(loaded), items, advance)
+        flat = ragged(choice.loglik, np.float64)
+        return {"loglik": flat["values"], "offsets": flat["offsets"], "acc": choice.acc, "acc_norm": choice.acc_norm,
+                "pred": choice.pred, "pred_norm": choice.pred_norm}
+    if spec.kind == "generate":
+        outputs = scoring.generate(_causal(loaded), [e.prompt for e in items], limits.generate_new_tokens, advance)
+        flat = ragged(outputs, np.int64)
+        return {"tokens": flat["values"], "offsets": flat["offsets"]}
+    queries = scoring.embed(loaded, [p.query for p in items], lambda n: None)
+    passages = scoring.embed(loaded, [p.passage for p in items], advance)
+    return {"queries": queries, "passages": passages}
+
+
+def _retrieval_hits(queries: np.ndarray, passages: np.ndarray) -> np.ndarray:
+    """1.0 where a query's most similar passage (cosine) is its own."""
+    q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    p = passages / np.maximum(np.linalg.norm(passages, axis=1, keepdims=True), 1e-12)
+    similarity = q.astype(np.float64) @ p.astype(np.float64).T
+    return (np.argmax(similarity, axis=1) == np.arange(len(q))).astype(np.float64)
+
+
+def _reference_summary(loaded: Any, spec: TaskSpec,
+                       arrays: dict[str, np.ndarray]) -> tuple[dict[str, float], dict[str, list]]:
+    if spec.kind == "ppl":
+        ppl = math.exp(float(arrays["nll"].sum()) / float(arrays["tokens"].sum()))
+        return {"ppl": ppl, "tokens": float(arrays["tokens"].sum())}, {
+            "nll": arrays["nll"].tolist(), "tokens": arrays["tokens"].astype(int).tolist()}
+    if spec.kind == "choice":
+        return ({"acc": 100 * float(arrays["acc"].mean()), "acc_norm": 100 * float(arrays["acc_norm"].mean())},
+                {"acc": arrays["acc"].tolist(), "acc_norm": arrays["acc_norm"].tolist(),
+                 "loglik": unragged(arrays["loglik"], arrays["offsets"])})
+    if spec.kind == "generate":
+        outputs = unragged(arrays["tokens"], arrays["offsets"])
+        if _has_answers(spec):
+            matches = _answer_matches(spec, outputs, loaded.tokenizer)
+            return {"exact_match": 100 * float(matches.mean())}, {"exact_match": matches.tolist(), "tokens": outputs}
+        return {"exact_match": 100.0}, {"tokens": outputs}
+    hits = _retrieval_hits(arrays["queries"], arrays["passages"])
+    return {"acc@1": 100 * float(hits.mean())}, {"acc@1": hits.tolist()}
+
+
+def _has_answers(spec: TaskSpec) -> bool:
+    return any(getattr(e, "answer", None) is not None for e in spec.items)
+
+
+def _answer_matches(spec: TaskSpec, outputs: Sequence[list[int]], tokenizer: Any) -> np.ndarray:
+    """1.0 where the decoded output, stripped, equals the example's answer, stripped (0.0 without an answer)."""
+    hits = []
+    for example, tokens in zip(spec.items, outputs, strict=True):
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        hits.append(float(example.answer is not None and text.strip() == example.answer.strip()))
+    return np.asarray(hits)
+
+
+# --------------------------------------------------------------------------- candidates
+def _candidate_outcome(loaded: Any, run: TaskRun, label: str, make_cache: Callable[[], Any] | None, max_drop: float,
+                       seed: int, n_resamples: int, progress: Progress, limits: Limits) -> Outcome:
+    spec = run.spec
+    arrays = run.arrays
+    groups = spec.groups
+    options: dict[str, Any] = {"groups": groups, "n_resamples": n_resamples, "seed": seed}
+    if spec.kind == "ppl":
+        lm = _causal(loaded, make_cache)
+        sequences = scoring.ppl_sequences(lm, [d.text for d in spec.items], limits.ppl_max_tokens)
+        scores = scoring.score_ppl(lm, sequences, reference=arrays, advance=progress.advance)
+        assert scores.kl is not None and scores.agree is not None
+        ppl = math.exp(float(scores.nll.sum()) / float(scores.tokens.sum()))
+        comparison = stats.compare_perplexity(arrays["nll"], scores.nll, arrays["tokens"], max_drop,
+                                              cand_tokens=scores.tokens, **options)
+        kl = stats.bootstrap_ratio(scores.kl, scores.tokens, **options)
+        agree = stats.bootstrap_ratio(scores.agree, scores.tokens, percent=True, **options)
+        per_example = {"nll": scores.nll.tolist(), "tokens": scores.tokens.astype(int).tolist(),
+                       "kl_sum": scores.kl.tolist(), "top1_agree": scores.agree.astype(int).tolist()}
+        return Outcome(label, {"ppl": ppl, "kl": kl.estimate, "top1_agreement": agree.estimate},
+                       {"ppl": comparison}, {"kl": kl, "top1_agreement": agree}, per_example)
+    if spec.kind == "choice":
+        choice = scoring.score_choice(_causal(loaded, make_cache), spec.items, progress.advance)
+        acc = stats.compare_scores(arrays["acc"], choice.acc, max_drop, **options)
+        acc_norm = stats.compare_scores(arrays["acc_norm"], choice.acc_norm, max_drop, **options)
+        per_example = {"acc": choice.acc.tolist(), "acc_norm": choice.acc_norm.tolist(), "loglik": choice.loglik}
+        return Outcome(label, {"acc": 100 * float(choice.acc.mean()), "acc_norm": 100 * float(choice.acc_norm.mean())},
+                       {"acc": acc, "acc_norm": acc_norm}, {}, per_example)
+    if spec.kind == "generate":
+        lm = _causal(loaded, make_cache)
+        outputs = scoring.generate(lm, [e.prompt for e in spec.items], limits.generate_new_tokens, progress.advance)
+        reference = run.reference_examples["tokens"]
+        agreement = np.asarray([scoring.prefix_agreement(r, c) for r, c in zip(reference, outputs, strict=True)])
+        same = np.asarray([float(r == c) for r, c in zip(reference, outputs, strict=True)])
+        ones = np.ones(len(outputs))
+        token = stats.paired_bootstrap_mean(np.zeros(len(outputs)), agreement, percent=True, **options)
+        per_example = {"tokens": outputs, "same_as_reference": same.tolist(), "token_agreement": agreement.tolist()}
+        if _has_answers(spec):
+            matches = _answer_matches(spec, outputs, loaded.tokenizer)
+            comparison = stats.compare_scores(np.asarray(run.reference_examples["exact_match"]), matches, max_drop,
+                                              **options)
+            per_example["exact_match"] = matches.tolist()
+        else:
+            comparison = stats.compare_scores(ones, same, max_drop, **options)
+            matches = same
+        return Outcome(label, {"exact_match": 100 * float(matches.mean()), "token_agreement": token.estimate},
+                       {"exact_match": comparison}, {"token_agreement": token}, per_example)
+    queries = scoring.embed(loaded, [p.query for p in spec.items], lambda n: None)
+    passages = scoring.embed(loaded, [p.passage for p in spec.items], progress.advance)
+    hits = _retrieval_hits(queries, passages)
+    cosine = 0.5 * (_cosines(arrays["queries"], queries) + _cosines(arrays["passages"], passages))
+    comparison = stats.compare_scores(np.asarray(run.reference_examples["acc@1"]), hits, max_drop, **options)
+    fidelity = stats.paired_bootstrap_mean(np.zeros(len(cosine)), cosine, percent=False, **options)
+    per_example = {"acc@1": hits.tolist(), "cosine": cosine.tolist()}
+    return Outcome(label, {"acc@1": 100 * float(hits.mean()), "cosine": fidelity.estimate}, {"acc@1": comparison},
+                   {"cosine": fidelity}, per_example)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    norms = np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1)
+    return np.where(norms > 0, np.sum(a64 * b64, axis=1) / np.maximum(norms, 1e-300), 0.0)
+
+
+# --------------------------------------------------------------------------- per-example records
+def example_records(run: EvalRun, task: TaskRun) -> Iterator[dict[str, Any]]:
+    """One record per example: id, group, the reference's scores and every candidate's, paired."""
+    reference = task.reference_examples
+    for i, item in enumerate(task.spec.items):
+        yield {
+            "task": task.name,
+            "id": item.id,
+            "group": item.group,
+            "reference": {k: v[i] for k, v in reference.items()},
+            "candidates": {o.candidate: {k: v[i] for k, v in o.per_example.items()} for o in task.outcomes},
+        }
+
+
+def write_examples(run: EvalRun, out_dir: Path) -> list[Path]:
+    """eval_<task>_examples.jsonl per task and eval_layers.jsonl (per layer, per candidate) under out_dir."""
+    from precisionlab._atomic import atomic_write_text
+    from precisionlab.labs.result import jsonable
+
+    paths = []
+    for task in run.tasks:
+        lines = [json.dumps(jsonable(r), allow_nan=False) for r in example_records(run, task)]
+        paths.append(atomic_write_text(out_dir / f"eval_{task.name}_examples.jsonl", "\n".join(lines) + "\n"))
+    layer_lines = [json.dumps(jsonable({"candidate": c.label, **layer}), allow_nan=False)
+                   for c in run.candidates for layer in c.layers]
+    if layer_lines:
+        paths.append(atomic_write_text(out_dir / "eval_layers.jsonl", "\n".join(layer_lines) + "\n"))
+    return paths

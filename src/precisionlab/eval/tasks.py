@@ -1,0 +1,109 @@
+"""Task specs: the built-in tasks (from pydoc_data.topics) and user files, resolved to data.
+
+    ppl         held-out text: perplexity, KL(reference || candidate), top-1 agreement   (causal LM)
+    choice      multiple choice by log-likelihood, acc and acc_norm                      (causal LM)
+    generate    greedy generation, exact match with the reference's output               (causal LM)
+    retrieval   first half of a passage retrieves its second half: accuracy@1,
+                embedding cosine fidelity                                                (encoder)
+    PATH        a user file: .jsonl/.json lines {"context","choices","gold"} (choice),
+                {"prompt","answer"} (generate), {"text"} (ppl); any other file is text (ppl)
+
+A user task is named by its file's stem (findings `eval.<stem>.*`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from precisionlab.eval import data
+
+BUILTIN_TASKS = ("ppl", "choice", "generate", "retrieval")
+CAUSAL_TASKS = ("ppl", "choice", "generate")
+ENCODER_TASKS = ("retrieval",)
+DEFAULT_TASKS = {"causal-lm": ("ppl", "choice"), "encoder": ("retrieval",)}
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    """ppl, choice, generate, retrieval, or a user file's stem."""
+    kind: str
+    """ppl, choice, generate or retrieval: how it is scored."""
+    items: tuple[Any, ...]
+    source: str
+    """"builtin" or the user file's path."""
+
+    @property
+    def ids(self) -> list[str]:
+        return [item.id for item in self.items]
+
+    @property
+    def groups(self) -> list[tuple[str, str]]:
+        """Resampling clusters (the topic of built-in units; every user unit on its own)."""
+        return data.unit_groups(self.items)
+
+    @property
+    def fingerprint(self) -> str:
+        return data.fingerprint(self.items)
+
+
+def builtin_task(name: str, size: float = 1.0, seed: int = 0) -> TaskSpec:
+    sizes = data.task_sizes(size)
+    split = data.builtin_split()
+    items: Sequence[Any]
+    if name == "ppl":
+        items = data.ppl_documents(split, sizes.ppl_documents)
+    elif name == "choice":
+        items = data.choice_examples(split, sizes.choice_examples, seed=seed)
+    elif name == "generate":
+        items = data.generation_examples(split, sizes.generation_examples)
+    elif name == "retrieval":
+        items = data.retrieval_pairs(split, sizes.retrieval_pairs)
+    else:
+        raise ValueError(f"unknown built-in task {name!r}; built-in tasks: {', '.join(BUILTIN_TASKS)}")
+    return TaskSpec(name, name, tuple(items), "builtin")
+
+
+def check_task_names(names: Sequence[str]) -> None:
+    """Read every user task file now (a bad line is a one-line ValueError before any model loads)."""
+    for name in names:
+        name = name.strip()
+        if name and name not in BUILTIN_TASKS:
+            path = Path(name).expanduser()
+            if not path.is_file():
+                raise ValueError(f"unknown task {name!r}: not a built-in task ({', '.join(BUILTIN_TASKS)}) and "
+                                 "no such file")
+            data.load_task_file(path)
+
+
+def resolve_tasks(names: Sequence[str], model_kind: str, size: float = 1.0, seed: int = 0) -> list[TaskSpec]:
+    """Built-in names and user file paths, checked against the model's kind; ValueError on a bad one."""
+    chosen = [n.strip() for n in names if n.strip()] or list(DEFAULT_TASKS[model_kind])
+    allowed = CAUSAL_TASKS if model_kind == "causal-lm" else ENCODER_TASKS
+    specs: list[TaskSpec] = []
+    for name in chosen:
+        if name in BUILTIN_TASKS:
+            if name not in allowed:
+                needs = "an encoder (e.g. minilm-l6)" if name in ENCODER_TASKS else "a causal LM (e.g. smollm2-135m)"
+                raise ValueError(f"task {name!r} needs {needs}; this model is a {model_kind}")
+            spec = builtin_task(name, size, seed)
+        else:
+            path = Path(name).expanduser()
+            if not path.is_file():
+                raise ValueError(f"unknown task {name!r}: not a built-in task ({', '.join(BUILTIN_TASKS)}) and "
+                                 "no such file")
+            kind, items = data.load_task_file(path)
+            if kind not in allowed:
+                raise ValueError(f"{path}: a {kind} task needs a causal LM; this model is a {model_kind}")
+            spec = TaskSpec(path.stem, kind, tuple(items), str(path))
+            if spec.name in BUILTIN_TASKS:
+                raise ValueError(f"{path}: a user task file may not be named like the built-in task {spec.name!r}")
+        if any(s.name == spec.name for s in specs):
+            raise ValueError(f"task {spec.name!r} is given twice")
+        if len(spec.items) < 2:
+            raise ValueError(f"task {spec.name!r} has {len(spec.items)} example(s); a paired interval needs 2 or more")
+        specs.append(spec)
+    return specs

@@ -1,0 +1,138 @@
+"""Where the linear layers of a model are, and which of them share an input a scale can fold into.
+
+    blocks(model)               the transformer blocks: the largest nn.ModuleList whose
+                                children hold nn.Linear layers, with its dotted prefix
+    linear_names(model, blocks) names of the nn.Linear layers inside the selected blocks, in
+                                module order (embeddings and lm_head are outside the blocks)
+    scale_groups(model, names)  for Llama-style blocks (Llama, Mistral, Qwen2, SmolLM: the
+                                attribute names below), the groups AWQ and SmoothQuant scale:
+
+        prev op                     layers                      inspected module
+        input_layernorm             self_attn.q/k/v_proj        self_attn
+        self_attn.v_proj            self_attn.o_proj            o_proj   (only when v's outputs
+                                                                          are o's inputs: not GQA)
+        post_attention_layernorm    mlp.gate_proj, up_proj      mlp
+        mlp.up_proj                 mlp.down_proj               down_proj
+
+A per-input-channel scale s folds exactly into the prev op: a norm's weight (and bias) is
+divided by s, a previous linear's output rows (and bias) are divided by s, and the layers'
+input columns are multiplied by s, so the float model computes the same function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from precisionlab.ptq.peers import require_torch
+
+
+@dataclass(frozen=True)
+class ScaleGroup:
+    """Linears that read one op's output, and the module whose output judges a scale."""
+
+    prev: str
+    layers: tuple[str, ...]
+    inspect: str
+
+
+def blocks(model: Any) -> tuple[str, list[Any]]:
+    """(dotted prefix, blocks) of the model's transformer blocks; ValueError when there is none."""
+    torch = require_torch("PTQ on a model")
+    best: tuple[str, list[Any]] | None = None
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.ModuleList) or len(module) < 1:
+            continue
+        children = list(module)
+        if not all(any(isinstance(m, torch.nn.Linear) for m in child.modules()) for child in children):
+            continue
+        if best is None or len(children) > len(best[1]):
+            best = (name, children)
+    if best is None:
+        raise ValueError("the model has no list of blocks holding linear layers (an nn.ModuleList of blocks)")
+    return best
+
+
+def linear_names(model: Any, block_ids: Iterable[int] | None = None) -> list[str]:
+    """Names of the nn.Linear layers inside the selected blocks (all blocks when None), in module order."""
+    torch = require_torch("PTQ on a model")
+    prefix, children = blocks(model)
+    selected = range(len(children)) if block_ids is None else sorted(set(int(b) for b in block_ids))
+    bad = [b for b in selected if not 0 <= b < len(children)]
+    if bad:
+        raise ValueError(f"block {bad[0]} does not exist: the model has blocks 0..{len(children) - 1}")
+    names = []
+    for b in selected:
+        for sub, module in children[b].named_modules():
+            if isinstance(module, torch.nn.Linear):
+                names.append(f"{prefix}.{b}.{sub}" if prefix else f"{b}.{sub}")
+    return names
+
+
+_BLOCK = re.compile(r"\.(\d+)\.")
+
+
+def block_of(name: str) -> int | None:
+    """The block number in a layer name (`model.layers.3.mlp.up_proj` -> 3), or None."""
+    found = _BLOCK.search(f".{name}.")
+    return int(found.group(1)) if found else None
+
+
+def scale_groups(model: Any, names: Iterable[str]) -> list[ScaleGroup]:
+    """The Llama-style scale groups (module docstring) whose layers are all among `names`."""
+    wanted = set(names)
+    modules = dict(model.named_modules())
+    groups: list[ScaleGroup] = []
+    prefix, children = blocks(model)
+    for b in range(len(children)):
+        base = f"{prefix}.{b}" if prefix else str(b)
+        candidates = [
+            ("input_layernorm", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "self_attn"),
+            ("self_attn.v_proj", ("self_attn.o_proj",), "self_attn.o_proj"),
+            ("post_attention_layernorm", ("mlp.gate_proj", "mlp.up_proj"), "mlp"),
+            ("mlp.up_proj", ("mlp.down_proj",), "mlp.down_proj"),
+        ]
+        for prev, layers, inspect in candidates:
+            full = tuple(f"{base}.{name}" for name in layers)
+            prev_name, inspect_name = f"{base}.{prev}", f"{base}.{inspect}"
+            if not all(n in wanted for n in full) or prev_name not in modules or inspect_name not in modules:
+                continue
+            if not _folds(modules[prev_name], [modules[n] for n in full]):
+                continue
+            groups.append(ScaleGroup(prev_name, full, inspect_name))
+    return groups
+
+
+def _folds(prev: Any, layers: list[Any]) -> bool:
+    """True when the prev op's output has one channel per input column of every layer."""
+    width = {int(m.weight.shape[1]) for m in layers}
+    if len(width) != 1:
+        return False
+    n = width.pop()
+    if hasattr(prev, "out_features"):
+        return int(prev.out_features) == n
+    weight = getattr(prev, "weight", None)
+    return weight is not None and tuple(weight.shape) == (n,)
+
+
+def fold_scales(model: Any, group: ScaleGroup, scales: Any) -> None:
+    """Fold per-input-channel scales s into the model, in place: prev op / s, layers' input columns * s.
+
+    The float model computes the same function (up to rounding); see the module docstring."""
+    torch = require_torch("folding scales")
+    modules = dict(model.named_modules())
+    prev = modules[group.prev]
+    with torch.no_grad():
+        s = torch.as_tensor(scales, dtype=torch.float64)
+        if hasattr(prev, "out_features"):  # a previous linear: its output rows
+            prev.weight.copy_((prev.weight.double() / s[:, None]).to(prev.weight.dtype))
+        else:  # a norm: its elementwise weight
+            prev.weight.copy_((prev.weight.double() / s).to(prev.weight.dtype))
+        bias = getattr(prev, "bias", None)
+        if bias is not None:
+            bias.copy_((bias.double() / s).to(bias.dtype))
+        for name in group.layers:
+            layer = modules[name]
+            layer.weight.copy_((layer.weight.double() * s[None, :]).to(layer.weight.dtype))

@@ -1,0 +1,110 @@
+"""`precisionlab eval` through the CLI runner: bad input is one line and exit 2; real runs on both packaged
+models write the tables, findings, plots and per-example files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.model_helpers import minilm, smollm2
+
+
+def one_line_error(result, text: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: ") and text in lines[-1], result.stderr
+    assert "Traceback" not in result.output
+    assert len([line for line in lines if line.startswith("error")]) == 1
+
+
+def test_unknown_model_lists_the_packaged_ones(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("eval", "--model", "smollm3")
+    one_line_error(result, "unknown model 'smollm3'")
+    assert "packaged models:" in result.stderr
+
+
+def test_directory_without_config(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    one_line_error(run_cli("eval", "--model", str(tmp_path)), "has no config.json")
+
+
+def test_bad_scheme_and_threshold_fail_before_loading(run_cli) -> None:  # type: ignore[no-untyped-def]
+    one_line_error(run_cli("eval", "--model", "nope", "--schemes", "int9:row"), "unknown element or preset 'int9'")
+    one_line_error(run_cli("eval", "--model", "nope", "--max-drop", "-1"), "--max-drop must be a finite number")
+    one_line_error(run_cli("eval", "--model", "nope", "--schemes", "int8:row+act"), "expected act=SCHEME")
+    one_line_error(run_cli("eval", "--model", "nope", "--size", "0"), "size must be a positive number")
+    one_line_error(run_cli("eval", "--model", "nope", "--resamples", "5"), "--resamples must be an integer >= 100")
+
+
+def test_jsonl_line_without_gold(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    task = tmp_path / "quiz.jsonl"
+    task.write_text('{"context": "2 + 2 =", "choices": [" 4", " 5"], "gold": 0}\n'
+                    '{"context": "3 + 3 =", "choices": [" 6", " 7"]}\n')
+    result = run_cli("eval", "--model", "nope", "--tasks", str(task))
+    one_line_error(result, "quiz.jsonl line 2: no 'gold' field")
+
+
+def test_unknown_task(run_cli) -> None:  # type: ignore[no-untyped-def]
+    one_line_error(run_cli("eval", "--tasks", "ppl,mmlu"), "unknown task 'mmlu'")
+
+
+def test_missing_transformers_names_the_extra(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from precisionlab.models import peers
+
+    (tmp_path / "config.json").write_text("{}")
+    real = peers.importlib.util.find_spec
+    monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None if name == "transformers" else real(name))
+    result = run_cli("eval", "--model", str(tmp_path))
+    one_line_error(result, "need transformers, which is not installed: pip install 'precisionlab[models]'")
+
+
+def test_task_that_does_not_fit_the_model(run_cli) -> None:  # type: ignore[no-untyped-def]
+    minilm()
+    one_line_error(run_cli("eval", "--model", "minilm-l6", "--tasks", "ppl"), "task 'ppl' needs a causal LM")
+
+
+def test_minilm_retrieval_json(run_cli) -> None:  # type: ignore[no-untyped-def]
+    minilm()
+    result = run_cli("eval", "--model", "minilm-l6", "--schemes", "int8:row", "--size", "0.2", "--json",
+                     "--no-cache", "--resamples", "500")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    findings = data["findings"]
+    for key in ("difference", "ci_low", "ci_high", "verdict", "n", "min_detectable", "cosine"):
+        assert f"eval.retrieval.int8:row.{key}" in findings
+    assert findings["eval.retrieval.int8:row.verdict"] in ("pass", "fail", "inconclusive")
+    assert findings["eval.retrieval.int8:row.n"] == 13
+    assert findings["eval.retrieval.int8:row.ci_low"] <= findings["eval.retrieval.int8:row.difference"] \
+        <= findings["eval.retrieval.int8:row.ci_high"]
+    assert data["params"]["max_drop"] == 1.0
+    assert data["params"]["command"].startswith("precisionlab eval --model minilm-l6 --schemes int8:row")
+    assert [s["key"] for s in data["sections"]] == ["retrieval", "errors"]
+
+
+def test_smollm2_ppl_and_a_user_choice_file(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    smollm2()
+    quiz = tmp_path / "quiz.jsonl"
+    quiz.write_text("\n".join(json.dumps(line) for line in (
+        {"context": "The capital of France is", "choices": ["Paris", "a banana", "blue"], "gold": 0},
+        {"context": "In Python, a function is defined with the keyword", "choices": ["def", "func", "lambda x"],
+         "gold": 0},
+        {"context": "One, two, three,", "choices": ["four", "seven", "ninety"], "gold": 0})) + "\n")
+    out = tmp_path / "out"
+    result = run_cli("eval", "--model", "smollm2-135m", "--schemes", "int8:row", "--tasks", f"ppl,{quiz}",
+                     "--size", "0.05", "--max-drop", "2", "--no-cache", "--resamples", "500", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "reference: ppl" in result.stderr and "int8:row: quiz" in result.stderr  # one line per finished step
+    saved = json.loads((out / "eval.json").read_text())
+    findings = saved["findings"]
+    assert findings["eval.ppl.int8:row.verdict"] in ("pass", "inconclusive")
+    assert findings["eval.quiz.int8:row.n"] == 3 and "eval.quiz.reference.acc" in findings
+    assert saved["params"]["max_drop"] == 2.0 and "--max-drop 2" in saved["params"]["command"]
+    for name in ("eval_ppl_difference.png", "eval_quiz_difference.png", "eval_ppl_examples.jsonl",
+                 "eval_quiz_examples.jsonl", "eval_layers.jsonl"):
+        assert (out / name).is_file(), name
+    records = [json.loads(line) for line in (out / "eval_quiz_examples.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["quiz:1", "quiz:2", "quiz:3"]
+    assert all(len(r["reference"]["loglik"]) == 3 and "int8:row" in r["candidates"] for r in records)
+    assert "Caveat" in result.stdout and "Q4_1" in result.stdout  # the grid caveat is in the report

