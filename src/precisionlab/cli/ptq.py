@@ -273,7 +273,7 @@ def save_weights(result: Any, path: Path, progress: Any = None) -> None:
 
     passthrough: dict[str, PassThrough] = {}
     for group, scales in result.folds:
-        passthrough[f"{group.prev}.scales"] = PassThrough(
+        passthrough[f"{group.prev}.awq_scales"] = PassThrough(
             "F64", scales.astype("float64"),
             f"folded AWQ scales: {group.prev} is divided by them, {', '.join(group.layers)} multiplied")
     save_quantized(path, dict(result.quantized), passthrough)
