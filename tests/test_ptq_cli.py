@@ -162,3 +162,22 @@ def test_ptq_json_keys_on_smollm2(run_cli, tmp_path: Path) -> None:  # type: ign
     assert f[f"ptq.gptq.layers.{name}.output_error"] < f[f"ptq.rtn.layers.{name}.output_error"]
     assert "256 calibration tokens for 576 inputs" in out.stderr and "warning: " in out.stderr
     assert [s["key"] for s in data["sections"]][:2] == ["layers", "summary"]
+
+
+@pytest.mark.slow
+def test_ladder_end_to_end_on_smollm2(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tests.model_helpers import smollm2
+
+    smollm2()
+    out_dir = tmp_path / "ladder"
+    out = run_cli("ladder", "--blocks", "1", "--examples", "2", "--calib-size", "512", "--resamples", "200",
+                  "--threads", "1", "--json", "--out", str(out_dir))
+    assert out.exit_code == 0, out.output
+    f = json.loads(out.stdout)["findings"]
+    tried = f["ladder.steps_tried"]
+    assert f["ladder.stopped_at"] in ("none", f[f"ladder.steps.{tried - 1}.name"])
+    for i in range(tried):
+        for key in ("name", "scheme", "bytes", "difference", "ci_low", "ci_high", "verdict"):
+            assert f"ladder.steps.{i}.{key}" in f
+        assert f[f"ladder.steps.{i}.ci_low"] <= f[f"ladder.steps.{i}.difference"] <= f[f"ladder.steps.{i}.ci_high"]
+    assert {p.name for p in out_dir.iterdir()} >= {"ladder.json", "ladder_difference_bytes.png", "ladder.html"}

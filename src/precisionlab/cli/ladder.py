@@ -84,7 +84,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     lab = ladder_lab(result, params, loaded_info)
     emit(lab, as_json, out_dir)
     if out_dir is not None:
-        _write_html(lab, out_dir)
+        _write_html(lab, out_dir, quiet=as_json)
     if not as_json:
         if result.stopped_at:
             click.echo(f"stopped at {result.stopped_at}: the first step that passes at --max-drop {max_drop:g}")
@@ -125,7 +125,7 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
     return result, info, sorted(set(warning_lines(caught)))
 
 
-def _write_html(lab: Any, out_dir: Path) -> None:
+def _write_html(lab: Any, out_dir: Path, quiet: bool = False) -> None:
     """ladder.html beside ladder.json and its PNG: the ladder's section of the report."""
     from precisionlab.report.outputs import atomic_write_text, figure_stem, render_html
 
@@ -138,7 +138,8 @@ def _write_html(lab: Any, out_dir: Path) -> None:
             width, height = _png_size(png)
             figures[(lab.name, fig.key)] = FigureFile(png.name, width, height)
     atomic_write_text(out_dir / "ladder.html", render_html([lab], figures))
-    click.echo(f"wrote {out_dir / 'ladder.html'}")
+    if not quiet:
+        click.echo(f"wrote {out_dir / 'ladder.html'}")
 
 
 def _png_size(path: Path) -> tuple[int, int]:

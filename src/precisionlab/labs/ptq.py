@@ -108,11 +108,12 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
             verdict = f"GRID-ALIGNED ({o.verdict.upper()}, not evidence)"
         rows.append([r.index, r.step.name, r.step.scheme, r.step.method, "yes" if r.step.keep_sensitive else "no",
                      o.bytes / 1e6, o.bits_per_weight, o.difference, o.ci_low, o.ci_high, verdict, o.examples,
-                     o.examples_needed, o.alignment, len(r.attempts), r.seconds])
+                     o.examples_needed if o.verdict == "inconclusive" else None, o.alignment, len(r.attempts),
+                     r.seconds])
     stop = result.stopped_at or "none"
     note = (f"Steps in order, cheapest first; the ladder stops at the first PASS (the whole 95 % interval on the "
             f"good side of --max-drop {result.max_drop:g}, declared before the run). INCONCLUSIVE is not a pass: "
-            f"'needed' is the number of examples that would decide it"
+            f"'needed' (shown for INCONCLUSIVE steps) is the number of examples that would decide it"
             + (f"; with --grow the evaluation doubles up to {result.max_examples} examples before moving on"
                if result.grow else "; --grow enlarges the evaluation before moving on")
             + ". source grid: 'aligned' when the scheme reproduced every quantized source weight bit for bit (its "
