@@ -192,3 +192,24 @@ def test_real_steps_on_a_smollm2_slice() -> None:
     assert plain.alignment == "no"
     include, exclude = evaluator.selection(Step("s", "int4", keep_sensitive=True))
     assert include == ["model.layers.1.*"] and "model.layers.0.*" in exclude and "model.layers.3.*" in exclude
+
+
+def test_a_step_on_the_sources_own_grid_is_marked_and_not_stopped_at() -> None:
+    """SmolLM2's block linears are Q4_1: re-quantizing them with gguf_q4_1 changes no weight (difference 0,
+    a PASS that proves nothing); the ladder must report it grid-aligned and go on to the next step."""
+    from tests.model_helpers import smollm2_slice
+
+    loaded = smollm2_slice()
+    from precisionlab.eval.data import builtin_split, calibration_documents
+    from precisionlab.ptq import token_batches
+    from precisionlab.ptq.ladder import ModelEvaluator
+
+    calibration = token_batches(loaded.tokenizer, calibration_documents(builtin_split()), 256, 256)
+    evaluator = ModelEvaluator(loaded, ["ppl"], 1.0, calibration, blocks=[1], n_resamples=200)
+    steps = [Step("source-grid", "gguf_q4_1"), Step("per-tensor", "int4")]
+    result = run_ladder(steps, evaluator, examples=2)
+    aligned = result.steps[0]
+    assert aligned.outcome.grid_aligned and aligned.outcome.alignment == "aligned"
+    assert aligned.outcome.difference == 0.0 and aligned.verdict == "grid-aligned"
+    assert len(result.steps) == 2 and result.stopped_at != "source-grid"
+    assert not result.steps[1].outcome.grid_aligned
