@@ -190,6 +190,8 @@ def test_real_steps_on_a_smollm2_slice() -> None:
     # inputs 6 fp16 columns: bytes = int4 part + 2 * rows * K + 4 * K, more than plain g64
     assert kept.bytes > plain.bytes
     assert plain.alignment == "no"
+    with pytest.raises(ValueError, match="would quantize nothing"):
+        ModelEvaluator(loaded, ["ppl"], 1.0, calibration, blocks=[0, 3])
     include, exclude = evaluator.selection(Step("s", "int4", keep_sensitive=True))
     assert include == ["model.layers.1.*"] and "model.layers.0.*" in exclude and "model.layers.3.*" in exclude
 

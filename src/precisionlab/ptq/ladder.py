@@ -297,6 +297,9 @@ class ModelEvaluator:
                 raise ValueError(f"block {bad[0]} does not exist: the model has blocks 0..{count - 1}")
         self.blocks = sorted(set(blocks)) if blocks is not None else None
         self.first_last = (0, count - 1)
+        if self.blocks is not None and set(self.blocks) <= set(self.first_last):
+            raise ValueError(f"--blocks {','.join(map(str, self.blocks))}: the steps that keep the first and last "
+                             f"blocks in float would quantize nothing; include a block between 1 and {count - 2}")
         self.base = resolve_tasks(self.tasks, loaded.kind, size=1.0, seed=seed)
         self.base_examples = base_examples or len(self.base[0].items)
         self._abs_max: dict[str, Any] | None = None
@@ -336,6 +339,8 @@ class ModelEvaluator:
                        progress=self.progress, seed=self.seed, n_resamples=self.n_resamples)
         self._evaluated.append(run)
         cand = run.candidates[0]
+        if not cand.quantized_layers:  # an unquantized model would pass and prove nothing
+            raise ValueError(f"step {step.name}: no layer was quantized (--blocks and the step's exclusions left none)")
         tasks: dict[str, dict[str, Any]] = {}
         for task in run.tasks:
             c = task.outcomes[0].comparisons[task.primary]
