@@ -256,7 +256,10 @@ def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
     from precisionlab.models.hooks import SchemeKV, activation_quantization, quantized_cache
     from precisionlab.models.weights import quantize_weights
 
-    report = quantize_weights(loaded.model, candidate.weights, include, exclude) if candidate.weights else None
+    if candidate.prepare is not None:  # a prepared candidate installs its own weights (eval.candidates)
+        report = candidate.prepare(loaded.model, include, exclude)
+    else:
+        report = quantize_weights(loaded.model, candidate.weights, include, exclude) if candidate.weights else None
     try:
         with contextlib.ExitStack() as stack:
             act_layers = 0
