@@ -14,7 +14,9 @@ against it when built, on inputs chosen where a shortcut would show:
     up to SEARCH_MAX elements   formats of at most 16 bits: `search` (one binary search and one
                                 gather on the caller's array: no copy, no chunks, no threads)
     larger arrays               `table_kernels` (formats of at most 8 bits whose breakpoints are
-                                bf16 numbers, float32 or float64 input), `cast_kernels` (IEEE-style
+                                float32 numbers with their low 16 or 15 bits zero: the registered
+                                ones inside float32's range and the whole P3109 binary8 family;
+                                float32 or float64 input), `cast_kernels` (IEEE-style
                                 formats inside float32's range, bf16 and fp16 among them, under
                                 nearest-even with overflow to inf; fp32 and fp64), run by `chunks`
     anything else               the general path (already chunked)
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat, Overflow, get_float_format
-from precisionlab.rounding import breakpoints, engine, general, search
+from precisionlab.rounding import breakpoints, general, search, table_kernels
 from precisionlab.rounding.cast_kernels import CastThrough, IeeeBits, IeeeFrom32, IeeeFrom64
 from precisionlab.rounding.chunks import CHUNK, ChunkKernel, run_chunked
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
@@ -134,21 +136,29 @@ def _build(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflo
     small = search.build(found, dtype.type, reference, message) if found is not None else None
     out_dtype = general.output_dtype(fmt, dtype)
     chunk = _chunk_kernel(fmt, dtype, mode, overflow, nan, found, out_dtype, message)
-    if chunk is not None and not _reproduces(chunk, dtype, out_dtype, reference, found):
+    if chunk is not None and not _reproduces(partial(_run, chunk, out_dtype), dtype, out_dtype, reference, found):
         chunk = None
     return ArrayKernel(out_dtype, small, SEARCH_MAX[dtype], chunk, reference)
+
+
+def _run(kernel: ChunkKernel, out_dtype: np.dtype, x: np.ndarray) -> np.ndarray:
+    """A chunk kernel on one whole 1-D array (for checking it)."""
+    out = np.empty(x.size, dtype=out_dtype)
+    kernel.run(x, out, kernel.scratch(x.size))
+    return out
 
 
 def _chunk_kernel(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflow | None, nan: NanPolicy,
                   found: np.ndarray | None, out_dtype: np.dtype, message: str) -> ChunkKernel | None:
     # float32 input reaches only the candidates inside float32's range; float64 input reaches all
     steps = breakpoints.reachable(found, np.float32) if found is not None and dtype == _FLOAT32 else found
-    if fmt.bits <= 8 and steps is not None and breakpoints.all_bf16(steps):
-        relaxed = general.round_values(engine.table_representatives(), fmt, mode, overflow, NanPolicy.ZERO)
-        table = relaxed.astype(out_dtype)
+    width = table_kernels.grid_width(steps) if fmt.bits <= 8 and steps is not None else None
+    if width is not None:
+        representatives = table_kernels.representatives(width)
+        table = general.round_values(representatives, fmt, mode, overflow, NanPolicy.ZERO).astype(out_dtype)
         table.flags.writeable = False
         raises = message if not fmt.has_nan and nan is NanPolicy.RAISE else None
-        return Table32(table, raises) if dtype == _FLOAT32 else Table64(table, raises)
+        return Table32(table, raises, width) if dtype == _FLOAT32 else Table64(table, raises, width)
     if isinstance(fmt, IntFormat):
         return None
     policy = overflow_policy(overflow, fmt.default_overflow)
@@ -174,17 +184,19 @@ def _ieee_inside_float32(fmt: FloatFormat) -> bool:
             and fmt.emax <= 127 and fmt.emin >= -126)
 
 
-def _reproduces(kernel: ChunkKernel, dtype: np.dtype, out_dtype: np.dtype, reference: Reference,
+def _reproduces(kernel: Reference, dtype: np.dtype, out_dtype: np.dtype, reference: Reference,
                 found: np.ndarray | None) -> bool:
-    """Whether the kernel gives the general path's bits on probes where a shortcut would differ."""
+    """Whether the kernel (on a 1-D array) gives the general path's bits on probes where a
+    shortcut would differ."""
     probes = _probes(dtype, found)
     try:
         expected = reference(probes)
     except ValueError:  # NaN into a format without NaN: probe without NaN
         probes = probes[~np.isnan(probes)]
         expected = reference(probes)
-    got = np.empty(probes.size, dtype=out_dtype)
-    kernel.run(probes, got, kernel.scratch(probes.size))
+    got = kernel(probes)
+    if got.dtype != out_dtype:
+        return False
     width = np.uint64 if out_dtype.itemsize == 8 else np.uint32
     return bool(np.array_equal(got.view(width), expected.view(width)))
 
