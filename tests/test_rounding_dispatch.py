@@ -234,22 +234,24 @@ def test_bf16_and_fp16_kernels_match_ml_dtypes_and_numpy() -> None:
             assert np.array_equal(bits(pl.round_to(part, name)), bits(expected)), (name, size)
 
 
-def test_bf16_small_arrays_take_the_direct_kernel() -> None:
-    # Above the search and up to one chunk, a 1-D float32 array goes straight to the integer
-    # kernel (cast_kernels.bf16_array); expected: the general path's bits (NaN payloads of both
-    # signs become the canonical NaN with their sign) and, NaN aside, ml_dtypes.
-    for name, dtype, direct in (("bf16", np.float32, True), ("bf16", np.float64, False), ("fp16", np.float32, False),
-                                ("e4m3", np.float32, False)):
+def test_bf16_and_fp16_small_arrays_take_the_direct_kernels() -> None:
+    # Above the search and up to DIRECT_MAX, a 1-D float32 array goes straight to the integer
+    # kernel (bf16) or numpy's float16 casts (fp16); expected: the general path's bits (NaN
+    # payloads of both signs become the canonical NaN with their sign) and, NaN aside, ml_dtypes.
+    for name, dtype, direct in (("bf16", np.float32, True), ("bf16", np.float64, False), ("fp16", np.float32, True),
+                                ("fp16", np.float64, False), ("e4m3", np.float32, False)):
         pl.round_to(np.ones(2, dtype=dtype), name)
         kernel = dispatch.find(name, np.dtype(dtype), "nearest_even", None, "raise")
         assert kernel is not None and (kernel.direct is not None) == direct, (name, dtype)
     kernel = dispatch.find("bf16", np.dtype(np.float32), "nearest_even", None, "raise")
     assert kernel is not None and kernel.small_max == dispatch.DIRECT_SEARCH_MAX
     x = sample(np.float32, 3 * chunks.CHUNK, seed=9)
-    for part in (x[:dispatch.DIRECT_SEARCH_MAX + 1], x[:1000], x[::3], x[: chunks.CHUNK], x[: chunks.CHUNK + 1]):
-        got = pl.round_to(part, "bf16")
-        assert np.array_equal(bits(got), bits(general_path(np.ascontiguousarray(part), "bf16", "nearest_even", None,
-                                                           "raise"))), part.size
+    for name in ("bf16", "fp16"):
+        for part in (x[:dispatch.DIRECT_SEARCH_MAX + 1], x[:1000], x[:2048], x[:2049], x[::3], x[: chunks.CHUNK],
+                     x[: chunks.CHUNK + 1]):
+            got = pl.round_to(part, name)
+            expected = general_path(np.ascontiguousarray(part), name, "nearest_even", None, "raise")
+            assert np.array_equal(bits(got), bits(expected)), (name, part.size)
     ml_dtypes = pytest.importorskip("ml_dtypes")
     finite = x[~np.isnan(x)][:1000]
     with np.errstate(over="ignore"):
