@@ -47,6 +47,7 @@ TIMED_FINDINGS: dict[str, str] = {
     "axpy.*.gbps": "measured bandwidth (axpy)",
     "axpy.*.fraction_of_copy": "measured bandwidth over the measured copy ceiling (axpy)",
     "axpy.*_speedup": "ratio of two measured times (axpy)",
+    "axpy.fp32.path": "fp32 runs the faster of numpy and torch: the path is chosen by timing (axpy)",
 }
 """Finding keys (fnmatch patterns) whose values are timings or derived from timings."""
 
@@ -62,6 +63,7 @@ TIMED_COLUMNS: dict[tuple[str, str], str] = {
     ("gemm", "bandwidth GB/s"): "measured copy bandwidth (the datasheet rows are constant, masked alike)",
     ("gemm", "peak TFLOP/s"): "measured matmul peak",
     ("gemm", "ridge FLOP/B"): "measured peak over measured bandwidth",
+    ("axpy", "path"): "the fp32 row runs the faster of numpy and torch, chosen by timing",
     ("axpy", "ms/iter"): "measured time",
     ("axpy", "GB/s"): "measured bandwidth",
     ("axpy", "speedup vs fp32"): "ratio of measured times",

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from precisionlab.labs.result import Figure, LabResult, Series, Table, jsonable
 from precisionlab.report.outputs import dumps, render_html, table_csv
+from precisionlab.results import Figure, LabResult, Series, Table, jsonable
 
 
 def test_json_is_strict_with_non_finite_as_strings() -> None:

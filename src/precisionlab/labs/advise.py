@@ -11,7 +11,7 @@ from precisionlab.formats import get_format
 from precisionlab.labs import Lab
 from precisionlab.labs.capacity import resolve_accelerator, resolve_model
 from precisionlab.labs.formats_table import format_table, two_e4m3_table
-from precisionlab.labs.result import LabResult, Scalar, Table
+from precisionlab.results import LabResult, Scalar, Table
 
 ADVICE_COLUMNS = ["scenario", "recommend", "range", "precision", "throughput", "risk accepted", "revert if"]
 CITED_FORMATS = ("fp32", "tf32", "bf16", "fp16", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "int8", "int4")

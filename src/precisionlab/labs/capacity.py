@@ -36,7 +36,7 @@ from precisionlab.capacity.models import context_label
 from precisionlab.formats import get_format
 from precisionlab.hardware import Accelerator, get_accelerator
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 CONTEXTS = (4096, 32768, 131072)
 PROMPTS = (512, 2048, 8192, 32768)

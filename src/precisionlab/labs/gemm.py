@@ -25,8 +25,8 @@ from precisionlab.gemm.variants import (
     standard_variants,
 )
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.peers import install_hint, missing_reason
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 Stage = Callable[[str], None]
 K_SWEEP = (128, 256, 512, 1024, 2048, 4096)

@@ -17,7 +17,6 @@ import numpy as np
 from precisionlab.formats import FloatFormat, get_format, list_formats
 from precisionlab.labs import Lab
 from precisionlab.labs.formats_table import custom_format_note, format_table, two_e4m3_table
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.numerics.accumulate import kahan_sum, pairwise_sum, sequential_sum
 from precisionlab.numerics.blocked import additions_on_longest_path, blocked_sum_fp32, gamma, worst_case_bound
 from precisionlab.numerics.crosscheck import all_codes, vendor_mismatches
@@ -32,6 +31,7 @@ from precisionlab.numerics.variance import (
     welford_variance_fp32,
 )
 from precisionlab.peers import install_hint, missing_reason
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 from precisionlab.rounding import encode, round_to, ulp
 
 Progress = Callable[[str], None]

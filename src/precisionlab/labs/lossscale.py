@@ -11,7 +11,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 from precisionlab.training import memory, toy
 from precisionlab.training.census import (
     CENSUS_FORMATS,

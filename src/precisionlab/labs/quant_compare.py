@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.quant import QuantizationWarning, QuantizedTensor, error_metrics, parse_scheme, quantize
 from precisionlab.quant.diagnostics import CLIPPED_WARN_FRACTION, FLOORED_WARN_FRACTION, warning_messages
 from precisionlab.quant.safetensors_io import TAG_KEY, read_safetensors
 from precisionlab.quant.scheme import Granularity
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nf4:g64", "mxfp8", "mxfp4", "nvfp4", "dsv3_weight")
 

@@ -1,4 +1,5 @@
-"""The result model every lab returns: data only, no rendering (renderers live in `report`).
+"""The records every lab returns and every layer above `results` may build: data only, no rendering
+(renderers live in `report`; this module imports nothing from precisionlab, so any layer can use it).
 
 A LabResult holds sections (each one table with a short note), figures (series of
 points described as data; `report.plots` draws them) and `findings`: the headline
