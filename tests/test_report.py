@@ -115,6 +115,6 @@ def test_lab_result_add_assembles_parts_in_order_and_refuses_a_claimed_key() -> 
     result.add(Part([second], findings={"b.one": 3}))
     assert [t.key for t in result.sections] == ["a", "b"]
     assert list(result.findings) == ["a.one", "a.two", "b.one"]
-    with pytest.raises(ValueError, match="a.two"):
+    with pytest.raises(ValueError, match=r"a\.two"):
         result.add(Part(findings={"a.two": 5}))
     assert result.findings["a.two"] == 2
