@@ -27,6 +27,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, IntFormat, get_format
 from precisionlab.formats.codebook import CodebookFormat, get_codebook
+from precisionlab.quant.scheme import Scheme
 from precisionlab.rounding import encode
 from precisionlab.rounding.codes import decode_table
 from precisionlab.rounding.engine import table_index, table_representatives
@@ -358,3 +359,18 @@ def codec(element: str) -> Codec:
     if isinstance(fmt, FloatFormat) and fmt.bits > 8:
         raise ValueError(f"element {element} is wider than 8 bits; quantization elements are 8 bits or fewer")
     return Codec(fmt)
+
+
+MXINT8_UNIT = 2.0**-6
+"""MXINT8 stores int8 codes in 1.6 fixed point: value = code * 2^-6."""
+
+
+def make_codec(scheme: Scheme) -> Codec:
+    """The codec of a scheme: its element's (`codec`), with MXINT8's fixed-point unit or the scheme's integer
+    range where it sets one. The element width of a quantized tensor is `make_codec(scheme).bits`."""
+    base = codec(scheme.element)
+    if scheme.preset == "mxint8":
+        return Codec(base.fmt, unit=MXINT8_UNIT)
+    if scheme.int_range != "narrow":
+        return Codec(base.fmt, int_range=scheme.int_range)
+    return base

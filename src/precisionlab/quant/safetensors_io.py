@@ -38,6 +38,7 @@ import numpy as np
 from precisionlab._atomic import atomic_write_with
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import canonical_view
+from precisionlab.quant.elements import make_codec
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
 from precisionlab.quant.scheme import parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
@@ -419,8 +420,6 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
     if scheme.has_zero_point:
         zp = unpack(check(need("zero_points"), "U8", packed_nbytes(lay.n_blocks, bits)), bits, lay.n_blocks)
         zp = zp.astype(np.int64)
-        from precisionlab.quant.core import make_codec
-
         fmt = make_codec(scheme).fmt
         if getattr(fmt, "signed", False):
             zp = np.where(zp >= 1 << (bits - 1), zp - (1 << bits), zp)
