@@ -7,7 +7,7 @@
 
 Modules: models (shapes, presets), hf_config (config.json loader), schemes (formats with
 their scale bytes), memory (batch capacity, cache-vs-weights crossover), roofline
-(decode, prefill, tensor parallelism), advisor (format recommendations).
+(decode, prefill, tensor parallelism). The format advisor is its own package, `precisionlab.advise`.
 """
 
 from precisionlab.capacity.hf_config import load_config, model_from_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from precisionlab.capacity.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
+from precisionlab.advise.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
 from precisionlab.capacity.memory import DEFAULT_RESERVE
 from precisionlab.capacity.models import finding_key
 from precisionlab.formats import get_format
@@ -32,7 +32,7 @@ def advice_table(items: list[Advice]) -> Table:
                                  a.risk, a.revert] for a in items]
     return Table(key="advice", title="Format advice: every cell filled from the format engine and capacity model",
                  columns=ADVICE_COLUMNS, rows=rows,
-                 note="Rules are data (precisionlab.capacity.advisor.RULES); their templates hold no numbers, "
+                 note="Rules are data (precisionlab.advise.advisor.RULES); their templates hold no numbers, "
                       "each is computed from get_format(...) limits, ulp/decode and the capacity model.")
 
 
