@@ -29,6 +29,7 @@ from precisionlab.quant.elements import Codec, make_codec
 from precisionlab.quant.packing import pack, packed_nbytes
 from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
+from precisionlab.rounding.bf16 import bf16_to_float32
 
 
 # --------------------------------------------------------------------------- inputs
@@ -51,11 +52,6 @@ def as_array(x: Any) -> tuple[np.ndarray, str]:
     if arr.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"quantize needs float16, bfloat16, float32 or float64 data, got dtype {arr.dtype}")
     return arr, arr.dtype.name
-
-
-def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) to float32 values (exact: bf16 is the top half of fp32)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def _load(view: np.ndarray, lay: Layout, task: Task, dtype: type[np.floating]) -> np.ndarray:

@@ -51,7 +51,7 @@ import numpy as np
 from precisionlab import parallel as thread_pool
 from precisionlab.formats import FloatFormat, IntFormat, Overflow, get_float_format
 from precisionlab.rounding import chunks
-from precisionlab.rounding.modes import DIRECTED, NanPolicy, Rounding
+from precisionlab.rounding.modes import DIRECTED, NanPolicy, Rounding, nan_error
 
 CHUNK = 1 << 16
 """Elements per chunk: small enough that a chunk's temporaries stay in cache."""
@@ -301,9 +301,7 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
             np.copyto(out, dom.float_dtype(0.0), where=is_nan)
             sign[is_nan] = 0
         else:
-            raise ValueError(
-                f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
-            )
+            raise nan_error(fmt.name)
 
 
 def _overflow_value(fmt: FloatFormat, overflow: Overflow, dom: Domain) -> np.floating:
@@ -354,9 +352,7 @@ def table_index(u: np.ndarray) -> np.ndarray:
 
 def round_float_chunk_table(x: np.ndarray, plan: FloatPlan, table: np.ndarray) -> np.ndarray:
     if not plan.fmt.has_nan and plan.nan is NanPolicy.RAISE and np.isnan(x).any():
-        raise ValueError(
-            f"{plan.fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
-        )
+        raise nan_error(plan.fmt.name)
     return table.take(table_index(x.view(np.uint32)))
 
 
@@ -366,7 +362,7 @@ def round_int_chunk(x: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanP
     """Round to the integer grid with the mode, then saturate to [min_value, max_value]."""
     is_nan = np.isnan(x)
     if is_nan.any() and nan is NanPolicy.RAISE:
-        raise ValueError(f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0")
+        raise nan_error(fmt.name)
     magnitude = round_nonnegative_to_integer(np.abs(x), rounding, rng, magnitude_rounds_up(np.signbit(x), rounding))
     out = np.copysign(magnitude, x)
     np.clip(out, fmt.min_value, fmt.max_value, out=out)
