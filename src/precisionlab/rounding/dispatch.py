@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat, Overflow, get_float_format
-from precisionlab.rounding import breakpoints, engine, general, search
+from precisionlab.rounding import breakpoints, general, search
 from precisionlab.rounding.cast_kernels import CastThrough, IeeeBits, IeeeFrom32, IeeeFrom64
 from precisionlab.rounding.chunks import CHUNK, ChunkKernel, run_chunked
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
 from precisionlab.rounding.search import Reference, SearchTable
+from precisionlab.rounding.table import table_representatives
 from precisionlab.rounding.table_kernels import Table32, Table64
 
 SEARCH_MAX = {np.dtype(np.float32): 256, np.dtype(np.float64): 512}
@@ -144,7 +145,7 @@ def _chunk_kernel(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | 
     # float32 input reaches only the candidates inside float32's range; float64 input reaches all
     steps = breakpoints.reachable(found, np.float32) if found is not None and dtype == _FLOAT32 else found
     if fmt.bits <= 8 and steps is not None and breakpoints.all_bf16(steps):
-        relaxed = general.round_values(engine.table_representatives(), fmt, mode, overflow, NanPolicy.ZERO)
+        relaxed = general.round_values(table_representatives(), fmt, mode, overflow, NanPolicy.ZERO)
         table = relaxed.astype(out_dtype)
         table.flags.writeable = False
         raises = message if not fmt.has_nan and nan is NanPolicy.RAISE else None
