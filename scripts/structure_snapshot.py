@@ -49,6 +49,8 @@ TIMED_FINDINGS: dict[str, str] = {
     "axpy.*.fraction_of_copy": "measured bandwidth over the measured copy ceiling (axpy)",
     "axpy.*_speedup": "ratio of two measured times (axpy)",
     "axpy.fp32.path": "fp32 runs the faster of numpy and torch: the path is chosen by timing (axpy)",
+    # eval lab (--with-eval): run state, not results.
+    "eval.*.reference.cached": "whether this run found the float reference in its on-disk cache (eval)",
 }
 """Finding keys (fnmatch patterns) whose values are timings or derived from timings."""
 
@@ -84,6 +86,12 @@ TIMED_TITLES: dict[tuple[str, str], tuple[str, str]] = {
 }
 """(lab, section key): (regex, reason): the part of a section title that names something chosen by timing."""
 
+TIMED_NOTES: dict[str, tuple[str, str]] = {
+    "eval": (r"Reference (computed|read from its cache) \([^()]*\)\.",
+             "the float reference's time, and whether it came from the cache (run state)"),
+}
+"""lab: (regex, reason): the part of any section note of the lab that reports run state or a time."""
+
 TIMED_SUMMARIES: dict[str, str] = {
     "axpy": "the summary quotes the measured speed ratio and copy ceiling",
 }
@@ -106,6 +114,8 @@ def mask_document(lab: str, doc: dict[str, Any]) -> dict[str, Any]:
         section = dict(section)
         if (lab, section.get("key")) in TIMED_TITLES:
             section["title"] = re.sub(TIMED_TITLES[lab, section["key"]][0], TIMED, section["title"])
+        if lab in TIMED_NOTES and "note" in section:
+            section["note"] = re.sub(TIMED_NOTES[lab][0], TIMED, section["note"])
         columns = section.get("columns") or []
         timed = [i for i, name in enumerate(columns) if (lab, name) in TIMED_COLUMNS]
         if timed and "rows" in section:
