@@ -198,8 +198,9 @@ class RefFormat:
         return Fraction(0) if self.has_zero else self.min_positive
 
     # --- rounding -----------------------------------------------------------------------
-    def round(self, x: float | int, mode: str = "nearest_even", overflow: str | None = None) -> float:
-        """Round x (exactly, from its value) to the format; NaN where the result is NaN.
+    def round(self, x: float | int | Fraction, mode: str = "nearest_even", overflow: str | None = None) -> float:
+        """Round x (exactly, from its value: a float, an integer or any rational) to the format; NaN where the
+        result is NaN.
 
         overflow None is the format's default. A NaN input gives NaN whatever the format
         (the caller decides what a format without NaN does with it).
@@ -304,6 +305,20 @@ def ref_format(fmt: object) -> RefFormat:
         fmt.subnormals,  # type: ignore[attr-defined]
         extended=fmt.extended,  # type: ignore[attr-defined]
     )
+
+
+@functools.lru_cache(maxsize=64)
+def named_format(name: str) -> RefFormat:
+    """The RefFormat of a registry name or custom spelling (its defining fields only, see ref_format)."""
+    from precisionlab.formats import get_float_format
+
+    return ref_format(get_float_format(name))
+
+
+def round_rational(q: Fraction, name: str, mode: str = "nearest_even") -> float:
+    """The exact rational q rounded once to the format `name` (its default overflow policy): the one exact
+    rounding reference the tests share (sums and products formed exactly, then rounded here)."""
+    return named_format(name).round(q, mode)
 
 
 def all_finite_values(E: int, M: int, bias: int, encoding: str) -> list[Fraction]:

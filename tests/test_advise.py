@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from precisionlab.capacity.advisor import RULES, SCENARIOS, Inputs, Rule, advise
-from precisionlab.capacity.format_choice import ROLE_NOTES, candidates, decades_at, unit_roundoff
+from precisionlab.advise.advisor import RULES, SCENARIOS, Inputs, Rule, advise
+from precisionlab.advise.format_choice import ROLE_NOTES, candidates, decades_at, unit_roundoff
+from precisionlab.advise.scenario_facts import stall_point
 from precisionlab.capacity.models import get_model
-from precisionlab.capacity.scenario_facts import stall_point
 from precisionlab.formats import get_format
 from precisionlab.hardware import get_accelerator
 

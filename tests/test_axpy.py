@@ -80,7 +80,8 @@ def test_bf16_bit_pattern_step_matches_ml_dtypes() -> None:
     ml_dtypes = pytest.importorskip("ml_dtypes")
     import numpy as np
 
-    from precisionlab.gemm.timing import bf16_axpy_step, bf16_bits, bf16_values
+    from precisionlab.gemm.timing import bf16_axpy_step, bf16_bits
+    from precisionlab.rounding.bf16 import bf16_to_float32
 
     rng = np.random.default_rng(5)
     x = (rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-30, 30, 1 << 16)).astype(np.float32)
@@ -89,7 +90,7 @@ def test_bf16_bit_pattern_step_matches_ml_dtypes() -> None:
     # the bit patterns are ml_dtypes' own float32 -> bfloat16 cast (nearest-even)
     assert np.array_equal(x_bits, x.astype(ml_dtypes.bfloat16).view(np.uint16))
     alpha = np.float32(0.75)
-    expected = (bf16_values(x_bits) * alpha + bf16_values(y_bits)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    expected = (bf16_to_float32(x_bits) * alpha + bf16_to_float32(y_bits)).astype(ml_dtypes.bfloat16).view(np.uint16)
     bf16_axpy_step(alpha, x_bits, y_bits)
     assert np.array_equal(y_bits, expected)
 

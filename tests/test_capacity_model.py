@@ -259,7 +259,7 @@ def test_capacity_imports_no_heavy_peers() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, precisionlab.capacity, precisionlab.capacity.advisor, precisionlab.labs.capacity, "
+    code = ("import sys, precisionlab.capacity, precisionlab.advise.advisor, precisionlab.labs.capacity, "
             "precisionlab.labs.advise; print(sorted({'torch', 'triton', 'matplotlib', 'rich'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from precisionlab.labs.result import LabResult, Table
+from precisionlab.results import LabResult, Table
 
 CoreRun = tuple[subprocess.CompletedProcess[str], Path]
 

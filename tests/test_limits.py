@@ -213,12 +213,11 @@ def test_variance_findings(lab_json: dict[str, Any]) -> None:
 def test_variance_at_the_default_size() -> None:
     """Section 7 at the issue's n = 1e5 (the quick run uses 2e4): one-pass visibly wrong, both fixes
     within 5% of the exact variance, every fp32 number equal to the loops written here."""
-    from precisionlab.labs.limits import variance_table
+    from precisionlab.labs.limits.cancellation import variance_section
 
     n = 100_000
     assert inspect.signature(LAB.run).parameters["variance_n"].default == n
-    findings: dict[str, Any] = {}
-    variance_table(n, 0, 0, findings)
+    findings: dict[str, Any] = variance_section(n, 0, 0).findings
     values = variance_data(n)
     exact = float(exact_variance(values))
     assert findings["variance.one_pass_fp32"] == one_pass_by_loop(values)

@@ -25,7 +25,7 @@ from precisionlab.numerics import (
 )
 from precisionlab.numerics.grid import scalar_rounder
 
-from .reference import floor_log2
+from .reference import round_rational
 
 # (M, emin, max finite, overflow value) straight from each format's definition (seed table).
 SPECS = {
@@ -41,38 +41,19 @@ SPECS = {
 }
 
 
-def ref_round(q: Fraction, name: str) -> float:
-    """Nearest-even rounding of the exact rational q to the format `name`."""
-    man_bits, emin, max_finite, overflow = SPECS[name]
-    if q == 0:
-        return 0.0
-    sign = -1.0 if q < 0 else 1.0
-    a = abs(q)
-    quantum = Fraction(2) ** (max(floor_log2(a), emin) - man_bits)
-    scaled = a / quantum
-    k = scaled.numerator // scaled.denominator
-    rest = scaled - k
-    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and k % 2 == 1):
-        k += 1
-    value = k * quantum
-    if value > max_finite:
-        return math.copysign(overflow, sign) if not math.isnan(overflow) else math.nan
-    return sign * float(value) if value != 0 else (0.0 if name.endswith("fnuz") else math.copysign(0.0, sign))
-
-
 def ref_sequential(terms: list[float], name: str) -> float:
     s = Fraction(0)
     for t in terms:
-        s = Fraction(ref_round(s + Fraction(t), name))
+        s = Fraction(round_rational(s + Fraction(t), name))
     return float(s)
 
 
 def ref_kahan(terms: list[float], name: str) -> float:
     s, c = Fraction(0), Fraction(0)
     for t in terms:
-        y = Fraction(ref_round(Fraction(t) - c, name))
-        u = Fraction(ref_round(s + y, name))
-        c = Fraction(ref_round(Fraction(ref_round(u - s, name)) - y, name))
+        y = Fraction(round_rational(Fraction(t) - c, name))
+        u = Fraction(round_rational(s + y, name))
+        c = Fraction(round_rational(Fraction(round_rational(u - s, name)) - y, name))
         s = u
     return float(s)
 
@@ -80,7 +61,7 @@ def ref_kahan(terms: list[float], name: str) -> float:
 def ref_pairwise(terms: list[float], name: str) -> float:
     level = [Fraction(t) for t in terms]
     while len(level) > 1:
-        pairs = [Fraction(ref_round(level[i] + level[i + 1], name)) for i in range(0, len(level) - 1, 2)]
+        pairs = [Fraction(round_rational(level[i] + level[i + 1], name)) for i in range(0, len(level) - 1, 2)]
         level = pairs + (level[-1:] if len(level) % 2 else [])
     return float(level[0])
 
@@ -119,7 +100,7 @@ def test_round_grid_matches_exact_rationals(name: str) -> None:
     x = rng.standard_normal(3000) * 2.0 ** rng.integers(-30, 30, 3000)
     got = round_grid(x, make_grid(name))
     for value, r in zip(x.tolist(), got.tolist(), strict=True):
-        assert same(r, ref_round(Fraction(value), name)), (name, value, r)
+        assert same(r, round_rational(Fraction(value), name)), (name, value, r)
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16", "e4m3", "e5m2", "e4m3fnuz"])
@@ -230,7 +211,7 @@ def test_add_rounded_single_rounding_where_float64_sum_is_inexact() -> None:
     a = np.float64(2.0**30 * (1 + 2.0**-8))
     b = np.float64(2.0**-30)
     got = float(add_rounded(a, b, make_grid("bf16")))
-    assert got == ref_round(Fraction(float(a)) + Fraction(float(b)), "bf16") == 2.0**30 * (1 + 2.0**-7)
+    assert got == round_rational(Fraction(float(a)) + Fraction(float(b)), "bf16") == 2.0**30 * (1 + 2.0**-7)
     assert float(pl.round_to(float(a + b), "bf16")) == 2.0**30  # rounding the float64 sum double-rounds
 
 
@@ -256,7 +237,7 @@ def ref_add(a: float, b: float, name: str) -> float:
         exact = Fraction(a) + Fraction(b)
         if exact == 0:  # IEEE: -0 only for -0 + -0; fnuz formats have no -0
             return 0.0 if name.endswith("fnuz") else v
-        return ref_round(exact, name)
+        return round_rational(exact, name)
     overflow = SPECS[name][3]
     return math.copysign(overflow, v) if math.isinf(v) and not math.isnan(overflow) else (
         math.nan if math.isinf(v) else v)

@@ -252,13 +252,13 @@ def test_vendor_crosscheck_finds_no_mismatch() -> None:
 def test_missing_libraries_are_reported_as_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from precisionlab.labs.limits import fp8_crosscheck_table
+    from precisionlab.labs.limits.fp8 import fp8_crosscheck_section
 
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # `import ml_dtypes` now raises ImportError
     monkeypatch.setitem(sys.modules, "torch", None)
     assert vendor_mismatches("e4m3") == {"ml_dtypes": None, "torch": None}
-    findings: dict[str, object] = {}
-    table = fp8_crosscheck_table(findings)  # type: ignore[arg-type]
+    part = fp8_crosscheck_section()
+    findings, (table,) = part.findings, part.tables
     assert findings["vendor_crosscheck.mismatches"] == "skipped: not installed"
     assert set(table.column("torch mismatches")) == {"skipped: not installed"}
 
@@ -266,12 +266,12 @@ def test_missing_libraries_are_reported_as_skipped(monkeypatch: pytest.MonkeyPat
 def test_one_missing_library_is_skipped_and_the_other_still_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from precisionlab.labs.limits import fp8_crosscheck_table
+    from precisionlab.labs.limits.fp8 import fp8_crosscheck_section
 
     pytest.importorskip("ml_dtypes")
     monkeypatch.setitem(sys.modules, "torch", None)  # torch absent, ml_dtypes present
-    findings: dict[str, object] = {}
-    table = fp8_crosscheck_table(findings)  # type: ignore[arg-type]
+    part = fp8_crosscheck_section()
+    findings, (table,) = part.findings, part.tables
     assert findings["vendor_crosscheck.mismatches"] == 0
     assert findings["vendor_crosscheck.libraries"] == "ml_dtypes"
     assert table.column("ml_dtypes mismatches") == [0, 0, 0, 0]

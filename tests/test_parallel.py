@@ -23,8 +23,8 @@ from precisionlab import parallel
 SRC = Path(__file__).resolve().parents[1] / "src"
 LARGE = 1 << 21  # above quant's PARALLEL_MIN (2^20) and the rounding threshold the scripts below set
 ROUNDING_ON_THREADS = """
-from precisionlab.rounding import chunks, engine
-chunks.PARALLEL_MIN = engine.PARALLEL_MIN = 1 << 18  # put round_to on the pool (2^26 by default)
+from precisionlab.rounding import chunks
+chunks.PARALLEL_MIN = 1 << 18  # put round_to on the pool (2^26 by default)
 """
 CHILD_TIMEOUT_S = 60
 
@@ -84,8 +84,8 @@ def test_dataloader_workers_after_large_round_to_finish() -> None:
     import numpy as np, torch
     import precisionlab as pl
     from torch.utils.data import DataLoader, Dataset
-    from precisionlab.rounding import chunks, engine
-    chunks.PARALLEL_MIN = engine.PARALLEL_MIN = 1 << 18
+    from precisionlab.rounding import chunks
+    chunks.PARALLEL_MIN = 1 << 18
 
     x = np.random.default_rng(0).standard_normal({LARGE}).astype(np.float32)
     pl.round_to(x, "bf16")
@@ -137,8 +137,8 @@ def test_one_thread_starts_no_threads() -> None:
     import threading
     import numpy as np
     import precisionlab as pl
-    from precisionlab.rounding import chunks, engine
-    chunks.PARALLEL_MIN = engine.PARALLEL_MIN = 1 << 18
+    from precisionlab.rounding import chunks
+    chunks.PARALLEL_MIN = 1 << 18
 
     x = np.random.default_rng(0).standard_normal({LARGE}).astype(np.float32)
     pl.round_to(x, "e4m3"); pl.round_to(x, "e4m3"); pl.quantize(x, "int4:g128")
@@ -190,7 +190,7 @@ def test_exceptions_in_a_task_reach_the_caller(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_round_to_and_quantize_use_the_shared_helper(monkeypatch: pytest.MonkeyPatch) -> None:
-    from precisionlab.rounding import chunks, engine
+    from precisionlab.rounding import chunks
 
     calls: list[str] = []
     real_map, real_spread = parallel.map_tasks, parallel.spread
@@ -206,7 +206,6 @@ def test_round_to_and_quantize_use_the_shared_helper(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(parallel, "map_tasks", counting_map)
     monkeypatch.setattr(parallel, "spread", counting_spread)
     monkeypatch.setattr(chunks, "PARALLEL_MIN", LARGE // 2)
-    monkeypatch.setattr(engine, "PARALLEL_MIN", LARGE // 2)
     x = np.random.default_rng(1).standard_normal(LARGE).astype(np.float32)
     pl.round_to(x, "e5m2", overflow="saturate")  # a key no other test has cached: the general path
     assert calls and set(calls) == {"map_tasks"}

@@ -220,13 +220,13 @@ def test_torch_bf16_input() -> None:
 
 
 def test_large_tensor_chunks_agree_with_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    import precisionlab.quant.core as core
+    import precisionlab.quant.chunking as chunking
 
     x = np.random.default_rng(5).standard_normal((300, 520)).astype(np.float32)
     schemes = ["int4:g128", "int8", "int8:col", "nvfp4", "mxfp6", "e4m3:block128x128", "int2:g32:asym"]
     expected = {s: quantize(x, s) for s in schemes}
-    monkeypatch.setattr(core, "CHUNK", 1000)
-    monkeypatch.setattr(core, "PARALLEL_MIN", 1)
+    monkeypatch.setattr(chunking, "CHUNK", 1000)
+    monkeypatch.setattr(chunking, "PARALLEL_MIN", 1)
     for s in schemes:
         q = quantize(x, s)
         np.testing.assert_array_equal(q.packed, expected[s].packed)

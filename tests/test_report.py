@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from precisionlab.labs.result import Figure, LabResult, Series, Table, jsonable
 from precisionlab.report.outputs import dumps, render_html, table_csv
+from precisionlab.results import Figure, LabResult, Series, Table, jsonable
 
 
 def test_json_is_strict_with_non_finite_as_strings() -> None:
@@ -103,3 +103,18 @@ def test_a_crowded_figure_is_drawn(tmp_path) -> None:  # type: ignore[no-untyped
     series.append(Series("line", [1.0, 2.0, 3.0], [1.0, float("nan"), 3.0]))
     path = save_figure(Figure("crowded", "t", "x", "y", series, yscale="log"), tmp_path / "crowded.png")
     assert path.stat().st_size > 0 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_lab_result_add_assembles_parts_in_order_and_refuses_a_claimed_key() -> None:
+    from precisionlab.results import Part
+
+    first = Table("a", "A", ["x"], [[1]])
+    second = Table("b", "B", ["x"], [[2]])
+    result = LabResult(name="lab", title="Lab")
+    result.add(Part([first], findings={"a.one": 1, "a.two": 2}))
+    result.add(Part([second], findings={"b.one": 3}))
+    assert [t.key for t in result.sections] == ["a", "b"]
+    assert list(result.findings) == ["a.one", "a.two", "b.one"]
+    with pytest.raises(ValueError, match=r"a\.two"):
+        result.add(Part(findings={"a.two": 5}))
+    assert result.findings["a.two"] == 2

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from precisionlab.labs.result import Figure, LabResult, Series, Table
 from precisionlab.report.cells import column_kind, fail_rows, is_prose_table
 from precisionlab.report.html import describe_figure, headline, render_html
+from precisionlab.results import Figure, LabResult, Series, Table
 
 
 class Page(HTMLParser):

@@ -7,7 +7,7 @@
 
 Modules: models (shapes, presets), hf_config (config.json loader), schemes (formats with
 their scale bytes), memory (batch capacity, cache-vs-weights crossover), roofline
-(decode, prefill, tensor parallelism), advisor (format recommendations).
+(decode, prefill, tensor parallelism). The format advisor is its own package, `precisionlab.advise`.
 """
 
 from precisionlab.capacity.hf_config import load_config, model_from_config
@@ -37,7 +37,7 @@ from precisionlab.capacity.schemes import (
     KV_SCHEMES,
     WEIGHT_DEFAULT,
     WEIGHT_SCHEMES,
-    Scheme,
+    StorageScheme,
     decode_weight_bytes,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -61,7 +61,7 @@ __all__ = [
     "ModelShape",
     "ParamCounts",
     "Roofline",
-    "Scheme",
+    "StorageScheme",
     "bare_decode",
     "cache_exceeds_weights_context",
     "decode_step",

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from precisionlab.capacity.models import ModelShape, ceil_div
-from precisionlab.capacity.schemes import Scheme, kv_bytes_per_sequence, kv_fixed_bytes, weight_bytes
+from precisionlab.capacity.schemes import StorageScheme, kv_bytes_per_sequence, kv_fixed_bytes, weight_bytes
 from precisionlab.hardware import Accelerator
 
 DEFAULT_RESERVE = 0.10
@@ -106,8 +106,8 @@ class BatchFit:
         return "; ".join(notes)
 
 
-def max_batch(model: ModelShape, accelerator: Accelerator, weights: str | Scheme, kv: str | Scheme, context: int,
-              reserve: float = DEFAULT_RESERVE, tp: int = 1) -> BatchFit:
+def max_batch(model: ModelShape, accelerator: Accelerator, weights: str | StorageScheme, kv: str | StorageScheme,
+              context: int, reserve: float = DEFAULT_RESERVE, tp: int = 1) -> BatchFit:
     """Largest batch of `context`-token sequences that fits on each of tp devices (formula above)."""
     check_reserve(reserve)
     check_tp(tp)
@@ -122,7 +122,7 @@ def max_batch(model: ModelShape, accelerator: Accelerator, weights: str | Scheme
                     cached_tokens=cached, past_max_context=context > model.max_context, windowed=cached < context)
 
 
-def cache_exceeds_weights_context(model: ModelShape, weights: str | Scheme, kv: str | Scheme,
+def cache_exceeds_weights_context(model: ModelShape, weights: str | StorageScheme, kv: str | StorageScheme,
                                   batch: int = 1) -> float:
     """Smallest context at which batch · KV bytes per sequence exceeds the weight bytes.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from precisionlab.capacity.memory import check_tp, kv_shard_fraction
 from precisionlab.capacity.models import ModelShape
-from precisionlab.capacity.schemes import Scheme, decode_weight_bytes, kv_bytes_per_sequence, kv_bytes_per_token
+from precisionlab.capacity.schemes import StorageScheme, decode_weight_bytes, kv_bytes_per_sequence, kv_bytes_per_token
 from precisionlab.capacity.schemes import weight_scheme as _weight_scheme
 from precisionlab.hardware import Accelerator
 
@@ -73,7 +73,7 @@ def bare_decode(params: float, bits_per_param: float, accelerator: Accelerator, 
     return roofline(params * bits_per_param / 8, 2 * params, accelerator, precision)
 
 
-def matmul_precision(weights: str | Scheme, accelerator: Accelerator) -> str:
+def matmul_precision(weights: str | StorageScheme, accelerator: Accelerator) -> str:
     """'fp8' for fp8 weights on a device with an fp8 matrix rate, else 'bf16' (rule in the docstring)."""
     s = _weight_scheme(weights)
     if s.value_format in ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz") and "fp8" in accelerator.peak_tflops:
@@ -98,8 +98,8 @@ class DecodeStep:
         return 1 / self.roof.time
 
 
-def decode_step(model: ModelShape, accelerator: Accelerator, weights: str | Scheme, kv: str | Scheme, context: int,
-                batch: int = 1, tp: int = 1) -> DecodeStep:
+def decode_step(model: ModelShape, accelerator: Accelerator, weights: str | StorageScheme, kv: str | StorageScheme,
+                context: int, batch: int = 1, tp: int = 1) -> DecodeStep:
     """One decode step of `batch` sequences at `context` tokens (formulas in the module docstring)."""
     check_tp(tp)
     if batch <= 0 or context < 0:
@@ -118,8 +118,8 @@ def causal_attended_tokens(prompt: int, window: int | None) -> int:
     return window * (window + 1) // 2 + (prompt - window) * window
 
 
-def prefill(model: ModelShape, accelerator: Accelerator, weights: str | Scheme, kv: str | Scheme, prompt: int,
-            tp: int = 1) -> Roofline:
+def prefill(model: ModelShape, accelerator: Accelerator, weights: str | StorageScheme, kv: str | StorageScheme,
+            prompt: int, tp: int = 1) -> Roofline:
     """Processing a prompt of `prompt` tokens in one pass; `.time` is the time to first token."""
     check_tp(tp)
     if prompt <= 0:

@@ -43,7 +43,7 @@ AMORTISE_BLOCKS = 8
 
 
 @dataclass(frozen=True)
-class Scheme:
+class StorageScheme:
     """How one stored value is kept: `storage` is a 16-bit format name (no scales) or a quant scheme string.
 
     `recent_window` (KV only): newest tokens kept in fp16.
@@ -120,22 +120,22 @@ class Scheme:
         return 2 * stored_bytes(self.quant, (1, 1))["scales"]
 
 
-KV_SCHEMES: dict[str, Scheme] = {
-    "fp16": Scheme("fp16", "fp16", note="16-bit, no scales (bf16 has the same bytes)"),
-    "bf16": Scheme("bf16", "bf16", note="16-bit, no scales"),
-    "fp8": Scheme("fp8", "e4m3", note="e4m3, per-tensor fp32 scale for K and for V in each layer"),
-    "int8": Scheme("int8", "int8:g64", note="symmetric, g64 along head dim, fp16 scale"),
-    "int4": Scheme("int4", "int4:g64:asym", note="asymmetric, g64, fp16 scale + 4-bit zero point"),
-    "kivi2": Scheme("kivi2", "uint2:g32:min=fp16", recent_window=128,
+KV_SCHEMES: dict[str, StorageScheme] = {
+    "fp16": StorageScheme("fp16", "fp16", note="16-bit, no scales (bf16 has the same bytes)"),
+    "bf16": StorageScheme("bf16", "bf16", note="16-bit, no scales"),
+    "fp8": StorageScheme("fp8", "e4m3", note="e4m3, per-tensor fp32 scale for K and for V in each layer"),
+    "int8": StorageScheme("int8", "int8:g64", note="symmetric, g64 along head dim, fp16 scale"),
+    "int4": StorageScheme("int4", "int4:g64:asym", note="asymmetric, g64, fp16 scale + 4-bit zero point"),
+    "kivi2": StorageScheme("kivi2", "uint2:g32:min=fp16", recent_window=128,
                     note="2-bit KIVI: g32 fp16 scale + fp16 minimum; newest 128 tokens in fp16"),
 }
 
-WEIGHT_SCHEMES: dict[str, Scheme] = {
-    "bf16": Scheme("bf16", "bf16", note="16-bit, no scales"),
-    "fp16": Scheme("fp16", "fp16", note="16-bit, no scales"),
-    "fp8": Scheme("fp8", "e4m3:block128x128", note="e4m3, 128x128 blocks, fp32 scale"),
-    "int8": Scheme("int8", "int8:g128", note="symmetric, g128, fp16 scale"),
-    "int4": Scheme("int4", "int4:g128:asym", note="asymmetric, g128, fp16 scale + 4-bit zero point (GPTQ/AWQ)"),
+WEIGHT_SCHEMES: dict[str, StorageScheme] = {
+    "bf16": StorageScheme("bf16", "bf16", note="16-bit, no scales"),
+    "fp16": StorageScheme("fp16", "fp16", note="16-bit, no scales"),
+    "fp8": StorageScheme("fp8", "e4m3:block128x128", note="e4m3, 128x128 blocks, fp32 scale"),
+    "int8": StorageScheme("int8", "int8:g128", note="symmetric, g128, fp16 scale"),
+    "int4": StorageScheme("int4", "int4:g128:asym", note="asymmetric, g128, fp16 scale + 4-bit zero point (GPTQ/AWQ)"),
 }
 
 # The formats a table shows by default (bf16 KV has fp16's bytes, so it is listed once).
@@ -144,39 +144,39 @@ WEIGHT_DEFAULT = ("bf16", "fp8", "int4")
 KEPT_FORMAT = "bf16"  # embedding, lm_head, router, norms, biases
 
 
-def _lookup(table: dict[str, Scheme], name: str, what: str) -> Scheme:
+def _lookup(table: dict[str, StorageScheme], name: str, what: str) -> StorageScheme:
     key = name.strip().lower()
     if key not in table:
         raise ValueError(f"unknown {what} scheme {name!r}; choose from {', '.join(table)}")
     return table[key]
 
 
-def kv_scheme(name: str | Scheme) -> Scheme:
-    return name if isinstance(name, Scheme) else _lookup(KV_SCHEMES, name, "KV-cache")
+def kv_scheme(name: str | StorageScheme) -> StorageScheme:
+    return name if isinstance(name, StorageScheme) else _lookup(KV_SCHEMES, name, "KV-cache")
 
 
-def weight_scheme(name: str | Scheme) -> Scheme:
-    return name if isinstance(name, Scheme) else _lookup(WEIGHT_SCHEMES, name, "weight")
+def weight_scheme(name: str | StorageScheme) -> StorageScheme:
+    return name if isinstance(name, StorageScheme) else _lookup(WEIGHT_SCHEMES, name, "weight")
 
 
 # ---- KV cache -------------------------------------------------------------------------------------------
 
-def kv_bits_per_token_per_layer(model: ModelShape, scheme: str | Scheme) -> float:
+def kv_bits_per_token_per_layer(model: ModelShape, scheme: str | StorageScheme) -> float:
     """Bits one token adds to one layer's cache: every cached vector, scale groups included."""
     s = kv_scheme(scheme)
     return sum(count * s.vector_bits(length) for count, length in model.cache_vectors())
 
 
-def kv_bytes_per_token_per_layer(model: ModelShape, scheme: str | Scheme) -> float:
+def kv_bytes_per_token_per_layer(model: ModelShape, scheme: str | StorageScheme) -> float:
     return kv_bits_per_token_per_layer(model, scheme) / 8
 
 
-def kv_bytes_per_token(model: ModelShape, scheme: str | Scheme) -> float:
+def kv_bytes_per_token(model: ModelShape, scheme: str | StorageScheme) -> float:
     """Bytes one (quantized) token adds to the cache across all layers."""
     return model.layers * kv_bytes_per_token_per_layer(model, scheme)
 
 
-def kv_bytes_per_sequence(model: ModelShape, scheme: str | Scheme, context: int) -> float:
+def kv_bytes_per_sequence(model: ModelShape, scheme: str | StorageScheme, context: int) -> float:
     """Cache bytes for one sequence: cached tokens = min(context, window); the newest
     `recent_window` of them at fp16, the rest in the scheme. Per-tensor scales not included
     (they are per model: see `kv_fixed_bytes`)."""
@@ -189,20 +189,20 @@ def kv_bytes_per_sequence(model: ModelShape, scheme: str | Scheme, context: int)
     return recent * full + (tokens - recent) * kv_bytes_per_token(model, s)
 
 
-def kv_fixed_bytes(model: ModelShape, scheme: str | Scheme) -> int:
+def kv_fixed_bytes(model: ModelShape, scheme: str | StorageScheme) -> int:
     """Per-tensor scale bytes, paid once per model whatever the batch and context."""
     return model.layers * kv_scheme(scheme).fixed_scale_bytes_per_layer
 
 
 # ---- weights --------------------------------------------------------------------------------------------
 
-def weight_bytes(model: ModelShape, scheme: str | Scheme) -> float:
+def weight_bytes(model: ModelShape, scheme: str | StorageScheme) -> float:
     """Resident weight bytes: block linears in the scheme, the rest (embedding, head, norms) in bf16."""
     p = model.params()
     return p.linear * weight_scheme(scheme).bits_per_value / 8 + p.kept_16bit * get_format(KEPT_FORMAT).bits / 8
 
 
-def decode_weight_bytes(model: ModelShape, scheme: str | Scheme, batch: int = 1) -> float:
+def decode_weight_bytes(model: ModelShape, scheme: str | StorageScheme, batch: int = 1) -> float:
     """Weight bytes one decode step reads at a batch.
 
     Read: attention, dense MLP, shared experts, router, lm_head, norms; the embedding table only
@@ -225,7 +225,7 @@ def expected_expert_fraction(model: ModelShape, batch: int) -> float:
 
 
 __all__ = [
-    "KV_DEFAULT", "KV_SCHEMES", "WEIGHT_DEFAULT", "WEIGHT_SCHEMES", "Scheme", "decode_weight_bytes",
+    "KV_DEFAULT", "KV_SCHEMES", "WEIGHT_DEFAULT", "WEIGHT_SCHEMES", "StorageScheme", "decode_weight_bytes",
     "expected_expert_fraction", "kv_bits_per_token_per_layer", "kv_bytes_per_sequence",
     "kv_bytes_per_token", "kv_bytes_per_token_per_layer", "kv_fixed_bytes", "kv_scheme", "weight_bytes",
     "weight_scheme",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from precisionlab.capacity.advisor import SCENARIOS
-from precisionlab.capacity.format_choice import BOUNDS, ROLES
+from precisionlab.advise.advisor import SCENARIOS
+from precisionlab.advise.format_choice import BOUNDS, ROLES
 from precisionlab.cli.capacity import capacity_options
 from precisionlab.cli.common import emit, lab_output_options, positive_int
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import click
 
-from precisionlab.labs.result import LabResult
+from precisionlab.results import LabResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 

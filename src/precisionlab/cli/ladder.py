@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from precisionlab.cli.common import emit, lab_output_options
-from precisionlab.labs.result import Scalar
+from precisionlab.results import Scalar
 
 
 @click.command("ladder")

@@ -9,7 +9,7 @@ import click
 
 from precisionlab.cli.common import StepLog, emit, lab_output_options, parse_real
 from precisionlab.labs import limits
-from precisionlab.labs.result import LabResult
+from precisionlab.results import LabResult
 
 DEFAULTS = {name: p.default for name, p in inspect.signature(limits.run).parameters.items()}
 """The lab's own defaults, quoted in the help text."""

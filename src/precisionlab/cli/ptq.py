@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options
-from precisionlab.labs.result import Scalar
+from precisionlab.results import Scalar
 
 METHOD_NAMES = ("rtn", "gptq", "awq", "smoothquant", "llm_int8", "kivi")
 CALIB_SEQ_LEN = 512

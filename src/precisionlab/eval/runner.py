@@ -524,7 +524,7 @@ def example_records(run: EvalRun, task: TaskRun) -> Iterator[dict[str, Any]]:
 def write_examples(run: EvalRun, out_dir: Path) -> list[Path]:
     """eval_<task>_examples.jsonl per task and eval_layers.jsonl (per layer, per candidate) under out_dir."""
     from precisionlab._atomic import atomic_write_text
-    from precisionlab.labs.result import jsonable
+    from precisionlab.results import jsonable
 
     paths = []
     for task in run.tasks:

@@ -27,6 +27,7 @@ import numpy as np
 
 from precisionlab.peers import install_hint, optional_import
 from precisionlab.rounding import round_to
+from precisionlab.rounding.bf16 import bf16_to_float32
 
 AXPY_ALPHA = 0.5
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -229,18 +230,13 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     return (rounded.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
-def bf16_values(bits: np.ndarray) -> np.ndarray:
-    """uint16 bf16 bit patterns as float32 values (exact: bf16 is the top half of an fp32)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
 def bf16_axpy_step(alpha: np.float32, x_bits: np.ndarray, y_bits: np.ndarray) -> None:
     """y ← bf16(fp32(alpha·x) + y) in place on uint16 bf16 bit patterns, numpy only.
 
     Widen both operands to float32 (exact), multiply and add in float32 (what a CPU bf16 kernel
     does), round the sum once to bf16 with precisionlab's engine, store the top 16 bits."""
-    total = bf16_values(x_bits) * alpha
-    total += bf16_values(y_bits)
+    total = bf16_to_float32(x_bits) * alpha
+    total += bf16_to_float32(y_bits)
     y_bits[...] = bf16_bits(total)
 
 

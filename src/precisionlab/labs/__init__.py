@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def all_labs() -> list[Lab]:
     """Every lab module's LAB, sorted by order then name."""
     labs: list[Lab] = []
     for info in pkgutil.iter_modules(__path__):
-        if info.name == "result" or info.name.startswith("_"):
+        if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         lab = getattr(module, "LAB", None)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from precisionlab.capacity.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
+from precisionlab.advise.advisor import FIXED_SCENARIOS, SCENARIOS, Advice, Inputs, advise
 from precisionlab.capacity.memory import DEFAULT_RESERVE
 from precisionlab.capacity.models import finding_key
 from precisionlab.formats import get_format
 from precisionlab.labs import Lab
 from precisionlab.labs.capacity import resolve_accelerator, resolve_model
 from precisionlab.labs.formats_table import format_table, two_e4m3_table
-from precisionlab.labs.result import LabResult, Scalar, Table
+from precisionlab.results import LabResult, Scalar, Table
 
 ADVICE_COLUMNS = ["scenario", "recommend", "range", "precision", "throughput", "risk accepted", "revert if"]
 CITED_FORMATS = ("fp32", "tf32", "bf16", "fp16", "e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "int8", "int4")
@@ -32,7 +32,7 @@ def advice_table(items: list[Advice]) -> Table:
                                  a.risk, a.revert] for a in items]
     return Table(key="advice", title="Format advice: every cell filled from the format engine and capacity model",
                  columns=ADVICE_COLUMNS, rows=rows,
-                 note="Rules are data (precisionlab.capacity.advisor.RULES); their templates hold no numbers, "
+                 note="Rules are data (precisionlab.advise.advisor.RULES); their templates hold no numbers, "
                       "each is computed from get_format(...) limits, ulp/decode and the capacity model.")
 
 

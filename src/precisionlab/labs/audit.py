@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from precisionlab.interop.audit import AuditRun, number, totals
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 
 def _num(value: Any) -> float | None:

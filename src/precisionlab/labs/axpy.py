@@ -16,8 +16,8 @@ import math
 
 from precisionlab.gemm.timing import ELEMENT_BYTES, Timing, axpy_timing, copy_bandwidth, torch_available
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.peers import install_hint, missing_reason
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 DEFAULT_N = 1 << 24

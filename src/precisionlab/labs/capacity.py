@@ -36,7 +36,7 @@ from precisionlab.capacity.models import context_label
 from precisionlab.formats import get_format
 from precisionlab.hardware import Accelerator, get_accelerator
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Part, Scalar, Series, Table
 
 CONTEXTS = (4096, 32768, 131072)
 PROMPTS = (512, 2048, 8192, 32768)
@@ -79,6 +79,22 @@ def _num(value: float) -> Scalar:
 
 
 # ---- sections -------------------------------------------------------------------------------------------
+
+def model_section(shape: ModelShape, contexts: list[int], batch: int, context: int) -> Part:
+    """The model's shape and its KV cache tables, with the byte findings of every preset's cache and the
+    model's weights."""
+    findings: dict[str, Scalar] = {}
+    for m in [*PRESETS.values(), *([shape] if shape.key not in PRESETS else [])]:
+        for kv in KV_DEFAULT:
+            findings[f"kv.{m.key}.{kv}.bytes_per_token"] = _num(kv_bytes_per_token(m, kv))
+            findings[f"kv.{m.key}.{kv}.bytes_per_seq_8k"] = _num(kv_bytes_per_sequence(m, kv, 8192))
+    findings[f"kv.{shape.key}.fp16.bytes_per_token_per_layer"] = _num(kv_bytes_per_token_per_layer(shape, "fp16"))
+    findings[f"weights.{shape.key}.params"] = shape.params().total
+    findings[f"weights.{shape.key}.active_params"] = shape.params().active
+    for w in WEIGHT_DEFAULT:
+        findings[f"weights.{shape.key}.{w}.bytes"] = _num(weight_bytes(shape, w))
+    return Part([model_table(shape), kv_table(shape, contexts, batch, context)], findings=findings)
+
 
 def model_table(model: ModelShape) -> Table:
     p = model.params()
@@ -136,8 +152,9 @@ def presets_table() -> Table:
         note="DeepSeek-V3 caches a 512-value latent + a 64-value RoPE key per layer (MLA), not K and V per head.")
 
 
-def batch_table(model: ModelShape, accelerators: dict[str, Accelerator], contexts: list[int], reserve: float,
-                tp: int, findings: dict[str, Scalar]) -> Table:
+def batch_section(model: ModelShape, accelerators: dict[str, Accelerator], contexts: list[int], reserve: float,
+                  tp: int) -> Part:
+    findings: dict[str, Scalar] = {}
     columns = ["GPU", "context", "weights", "weights GB", "weights GiB", "budget GB", "budget GiB"]
     columns += [f"max batch {kv}" for kv in KV_DEFAULT] + ["flags"]
     rows: list[list[Scalar]] = []
@@ -151,16 +168,18 @@ def batch_table(model: ModelShape, accelerators: dict[str, Accelerator], context
                 for kv, fit in zip(KV_DEFAULT, fits, strict=True):
                     findings[f"batch.{model.key}.{key}.{context_label(context)}.{w}.{kv}"] = fit.batch
     per = f" on {tp} tensor-parallel devices (each holds 1/{tp} of the weights)" if tp > 1 else ""
-    return Table(
+    table = Table(
         key="batch", title=f"Largest batch of {model.name} that fits{per}, after a {reserve:.0%} reserve",
         columns=columns, rows=rows,
         formats={"weights GB": ".4g", "weights GiB": ".4g", "budget GB": ".4g", "budget GiB": ".4g"},
         note=("max batch = floor((memory × (1 - reserve) - weights) / KV bytes per sequence); memory in the "
               "vendor's decimal GB (1e9 B), GiB = 2^30 B. Weight schemes quantize the block linears and keep "
               "embedding, lm_head and norms in bf16."))
+    return Part([table], findings=findings)
 
 
-def crossover_table(model: ModelShape, batch: int, findings: dict[str, Scalar]) -> Table:
+def crossover_section(model: ModelShape, batch: int) -> Part:
+    findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     for w in WEIGHT_DEFAULT:
         for kv in KV_DEFAULT:
@@ -170,17 +189,19 @@ def crossover_table(model: ModelShape, batch: int, findings: dict[str, Scalar]) 
                          model.max_context < one])
             findings[f"crossover.{model.key}.{w}.{kv}.context_batch1"] = _num(one)
             findings[f"crossover.{model.key}.{w}.{kv}.context_batch{batch}"] = _num(many)
-    return Table(
+    table = Table(
         key="crossover", title=f"Context at which the KV cache outweighs the weights ({model.name})",
         columns=["weights", "KV format", "weights GB", "context (batch 1)", f"context (batch {batch})",
                  "batch 1 beyond max context"],
         rows=rows, formats={"weights GB": ".4g"},
         note=("Smallest L with batch × KV(L) > weight bytes. Past it the cache is the larger read on every decode "
               "step, and quantizing it stops being optional; inf = never (a sliding window caps the cache)."))
+    return Part([table], findings=findings)
 
 
-def worked_decode_table(findings: dict[str, Scalar]) -> Table:
+def worked_decode_section() -> Part:
     """The 13e9-parameter worked example (from the course notes), then what scale bytes and a KV cache change."""
+    findings: dict[str, Scalar] = {}
     ridge = WORKED_GPU.ridge_flop_per_byte("bf16")
     findings["decode.13b.ridge_flop_per_byte"] = ridge
     rows: list[list[Scalar]] = []
@@ -208,7 +229,7 @@ def worked_decode_table(findings: dict[str, Scalar]) -> Table:
             add(f"{w_name} weights + {kv} KV of {shape.name} @{context_label(WORKED_CONTEXT)}", w_bits,
                 WORKED_PARAMS * w_bits / 8 + cache, 2 * WORKED_PARAMS + shape.attention_flops_per_token(WORKED_CONTEXT),
                 f"{w_name}_kv{kv}_{context_label(WORKED_CONTEXT)}")
-    return Table(
+    table = Table(
         key="decode_13b", title="Worked example: batch-1 decode of 13e9 parameters at 3 TB/s, 1000 TFLOP/s",
         columns=["case", "weight bits/param", "GB read/token", "tokens/s", "FLOP/byte", "ridge FLOP/byte",
                  "ridge ÷ intensity"],
@@ -218,10 +239,12 @@ def worked_decode_table(findings: dict[str, Scalar]) -> Table:
         note=("tokens/s = bandwidth ÷ bytes read per token; 2 FLOPs per weight. Two orders of magnitude below the "
               "ridge, so bytes set the speed. Scale bytes cost a few percent; one 4k-token fp16 KV cache of a "
               "real 13B shape (no GQA) adds more bytes per token than int4 weights themselves."))
+    return Part([table], findings=findings)
 
 
-def decode_table(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float, tp: int,
-                 findings: dict[str, Scalar]) -> Table:
+def decode_section(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float,
+                   tp: int) -> Part:
+    findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     for b in sorted({1, batch}):
         for w in WEIGHT_DEFAULT:
@@ -234,7 +257,7 @@ def decode_table(model: ModelShape, acc: Accelerator, key: str, context: int, ba
                 findings[f"decode.{model.key}.{key}.{context_label(context)}.{w}.{kv}.batch{b}.tokens_per_s"] = (
                     step.tokens_per_s)
     past = f", past the model's {model.max_context}-token maximum" if context > model.max_context else ""
-    return Table(
+    table = Table(
         key="decode", title=f"Decode of {model.name} on {acc.name} at {context_label(context)} context (tp={tp}{past})",
         columns=["batch", "weights", "KV", "GB read/step/device", "tokens/s (all)", "tokens/s per seq",
                  "ms/step", "FLOP/byte", "ridge", "bound", "fits"],
@@ -243,9 +266,11 @@ def decode_table(model: ModelShape, acc: Accelerator, key: str, context: int, ba
                  "ms/step": ".4g", "FLOP/byte": ".3g", "ridge": ".4g"},
         note=("bytes/step = weights read (MoE: the experts the batch touches) + batch × KV(context); the weights "
               "are shared by the batch, the cache is not, so batching raises intensity until the cache dominates."))
+    return Part([table], findings=findings)
 
 
-def prefill_table(model: ModelShape, acc: Accelerator, key: str, tp: int, findings: dict[str, Scalar]) -> Table:
+def prefill_section(model: ModelShape, acc: Accelerator, key: str, tp: int) -> Part:
+    findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     for w in ("bf16", "int4"):
         for prompt in PROMPTS:
@@ -254,7 +279,7 @@ def prefill_table(model: ModelShape, acc: Accelerator, key: str, tp: int, findin
             rows.append([w, context_label(prompt), 1e3 * roof.time, prompt / roof.time, roof.intensity, roof.ridge,
                          roof.bound, 1e3 * step.roof.time, prompt > model.max_context])
             findings[f"prefill.{model.key}.{key}.{w}.{context_label(prompt)}.ttft_s"] = roof.time
-    return Table(
+    table = Table(
         key="prefill", title=f"Prefill (time to first token) against decode, {model.name} on {acc.name}",
         columns=["weights", "prompt", "TTFT ms", "prefill tokens/s", "FLOP/byte", "ridge", "bound",
                  "decode ms/token (batch 1)", "past max context"],
@@ -263,10 +288,12 @@ def prefill_table(model: ModelShape, acc: Accelerator, key: str, tp: int, findin
                  "decode ms/token (batch 1)": ".4g"},
         note=("Prefill reuses each weight across the whole prompt, so it sits at the compute ceiling: int4 "
               "weight-only quantization (bf16 math) barely moves TTFT while it cuts decode time per token."))
+    return Part([table], findings=findings)
 
 
-def tp_table(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float, tp: int,
-             findings: dict[str, Scalar]) -> Table:
+def tp_section(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float,
+               tp: int) -> Part:
+    findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     uneven = [n for n in sorted({*TP_DEGREES, tp}) if not splits_heads(model, n)]
     for n in sorted({*TP_DEGREES, tp} - set(uneven)):
@@ -278,7 +305,7 @@ def tp_table(model: ModelShape, acc: Accelerator, key: str, context: int, batch:
                      many.tokens_per_s])
         findings[f"tp.{model.key}.{key}.tp{n}.batch1.tokens_per_s"] = one.tokens_per_s
         findings[f"tp.{model.key}.{key}.tp{n}.max_batch_{context_label(context)}"] = fit.batch
-    return Table(
+    table = Table(
         key="tensor_parallel", title=f"Tensor parallelism: {model.name}, bf16 weights, fp16 KV, "
                                      f"{context_label(context)} context",
         columns=["devices", "heads", "weights GB/device", "KV bytes/token/device", "max batch (the N devices)",
@@ -291,6 +318,7 @@ def tp_table(model: ModelShape, acc: Accelerator, key: str, context: int, batch:
               "max batch is that of the whole group of N. All-reduce time is ignored: these speeds are upper "
               "bounds." + (f" Not shown: {', '.join(map(str, uneven))} devices, which cannot split the "
                            f"{model.heads} query / {model.kv_heads} KV heads evenly." if uneven else "")))
+    return Part([table], findings=findings)
 
 
 # ---- figures --------------------------------------------------------------------------------------------
@@ -345,41 +373,29 @@ def run(model: str = "llama3_8b", config: str | Path | None = None, name: str | 
     accelerators = {gpu_key(k): resolve_accelerator(k, memory, bandwidth, peak_tflops) for k in keys}
     first_key, first = next(iter(accelerators.items()))
     contexts = sorted({*CONTEXTS, context})
-    findings: dict[str, Scalar] = {}
-    for m in [*PRESETS.values(), *([shape] if shape.key not in PRESETS else [])]:
-        for kv in KV_DEFAULT:
-            findings[f"kv.{m.key}.{kv}.bytes_per_token"] = _num(kv_bytes_per_token(m, kv))
-            findings[f"kv.{m.key}.{kv}.bytes_per_seq_8k"] = _num(kv_bytes_per_sequence(m, kv, 8192))
-    findings[f"kv.{shape.key}.fp16.bytes_per_token_per_layer"] = _num(kv_bytes_per_token_per_layer(shape, "fp16"))
-    findings[f"weights.{shape.key}.params"] = shape.params().total
-    findings[f"weights.{shape.key}.active_params"] = shape.params().active
-    for w in WEIGHT_DEFAULT:
-        findings[f"weights.{shape.key}.{w}.bytes"] = _num(weight_bytes(shape, w))
-    sections = [
-        model_table(shape),
-        kv_table(shape, contexts, batch, context),
-        batch_table(shape, accelerators, list(CONTEXTS), reserve, tp, findings),
-        crossover_table(shape, batch, findings),
-        worked_decode_table(findings),
-        decode_table(shape, first, first_key, context, batch, reserve, tp, findings),
-        prefill_table(shape, first, first_key, tp, findings),
-        tp_table(shape, first, first_key, context, batch, reserve, tp, findings),
-        presets_table(),
-    ]
-    figures = [batch_figure(shape, first, reserve, tp), roofline_figure(shape, first, context, batch, tp)]
-    fp16_tok = kv_bytes_per_token(shape, "fp16")
-    summary = (f"{shape.name}: {fp16_tok / 1024:.4g} KiB of fp16 KV cache per token, "
-               f"{kv_bytes_per_sequence(shape, 'fp16', context) / GiB:.3g} GiB per {context_label(context)} sequence "
-               f"against {weight_bytes(shape, 'bf16') / GB:.3g} GB of bf16 weights. Memory reserve {reserve:.0%}."
-               + (f" Tensor parallelism over {tp} devices: {split}." if tp > 1 else ""))
-    return LabResult(
+    result = LabResult(
         name="capacity", title="Capacity: KV cache, batch capacity and the decode roofline",
-        sections=sections, figures=figures, findings=findings, summary=summary,
         params={"model": shape.name, "config": str(config) if config else None, "gpu": ",".join(keys),
                 "memory_gb": first.memory_gb, "bandwidth_gbs": first.bandwidth_gbs,
                 "peak_tflops_bf16": first.peak_tflops.get("bf16"), "batch": batch, "reserve": reserve, "tp": tp,
                 "context": context},
     )
+    result.add(model_section(shape, contexts, batch, context))
+    result.add(batch_section(shape, accelerators, list(CONTEXTS), reserve, tp))
+    result.add(crossover_section(shape, batch))
+    result.add(worked_decode_section())
+    result.add(decode_section(shape, first, first_key, context, batch, reserve, tp))
+    result.add(prefill_section(shape, first, first_key, tp))
+    result.add(tp_section(shape, first, first_key, context, batch, reserve, tp))
+    result.add(Part([presets_table()],
+                    [batch_figure(shape, first, reserve, tp), roofline_figure(shape, first, context, batch, tp)]))
+    fp16_tok = kv_bytes_per_token(shape, "fp16")
+    summary = (f"{shape.name}: {fp16_tok / 1024:.4g} KiB of fp16 KV cache per token, "
+               f"{kv_bytes_per_sequence(shape, 'fp16', context) / GiB:.3g} GiB per {context_label(context)} sequence "
+               f"against {weight_bytes(shape, 'bf16') / GB:.3g} GB of bf16 weights. Memory reserve {reserve:.0%}."
+               + (f" Tensor parallelism over {tp} devices: {split}." if tp > 1 else ""))
+    result.summary = summary
+    return result
 
 
 LAB = Lab(name="capacity", title="KV cache, batch capacity and decode roofline", run=run, order=50, quick={})

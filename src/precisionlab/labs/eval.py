@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.peers import optional_import
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nvfp4", "mxfp4")
 LAB_SCHEMES = ("int8:row", "int4")

@@ -9,7 +9,7 @@ import math
 from fractions import Fraction
 
 from precisionlab.formats import Format, IntFormat, Overflow, get_format, list_formats
-from precisionlab.labs.result import LabResult, Scalar, Table
+from precisionlab.results import LabResult, Scalar, Table
 from precisionlab.rounding import decode, encode, neighbours, round_to, ulp
 from precisionlab.rounding.modes import overflow_policy, parse_rounding
 

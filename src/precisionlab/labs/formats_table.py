@@ -10,8 +10,8 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, Format, IntFormat, format_names, get_format, list_formats, p3109_formats
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.numerics.crosscheck import all_codes
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 from precisionlab.rounding import decode
 
 FORMAT_COLUMNS = [

@@ -25,8 +25,8 @@ from precisionlab.gemm.variants import (
     standard_variants,
 )
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.peers import install_hint, missing_reason
+from precisionlab.results import Figure, LabResult, Part, Scalar, Series, Table
 
 Stage = Callable[[str], None]
 K_SWEEP = (128, 256, 512, 1024, 2048, 4096)
@@ -143,9 +143,9 @@ def assemble(square: list[VariantResult], gemv: list[VariantResult], bits: list[
              datasheet: Ceilings | None, params: dict[str, Scalar]) -> LabResult:
     findings: dict[str, Scalar] = {}
     for r in square:
-        _variant_findings(findings, r.variant.name, r)
+        findings.update(variant_findings(r.variant.name, r))
     for r in gemv:
-        _variant_findings(findings, f"gemv_{r.variant.name}", r)
+        findings.update(variant_findings(f"gemv_{r.variant.name}", r))
     err = {r.variant.name: r.max_rel_err for r in square}
     findings["gemm.bf16_over_fp16_error_ratio"] = err["bf16"] / err["fp16"]
     findings["gemm.fp16_acc_error_ratio"] = err["fp16_acc16"] / err["fp16"]
@@ -156,27 +156,15 @@ def assemble(square: list[VariantResult], gemv: list[VariantResult], bits: list[
                                                     / last["e4m3_narrowacc_promoted"].acc_only_max_rel_err)
     findings["gemm.traffic.fp32_read_intensity"] = _by_name(square, "fp32").traffic.read_intensity
     findings["gemm.traffic.fp16_read_intensity"] = _by_name(square, "fp16").traffic.read_intensity
-    _roof_findings(findings, "measured", measured, square, gemv)
+    findings.update(roof_findings("measured", measured, square, gemv))
     if datasheet is not None:
-        _roof_findings(findings, "datasheet", datasheet, square, gemv)
+        findings.update(roof_findings("datasheet", datasheet, square, gemv))
     findings["machine.copy_gbps"] = copy.gbps
     for precision, peak in measured.peaks_gflops.items():
         findings[f"machine.{precision}_matmul_gflops"] = peak
-    sections = [
-        variant_table("variants", f"GEMM variants, {_shape(square[0])} (exact CPU emulation)", square, datasheet),
-        variant_table("gemv", f"Decode-like GEMV, {_shape(gemv[0])} (exact CPU emulation)", gemv, datasheet),
-        bits_table(bits, findings),
-        sweep_table(sweeps, params),
-        hardware_table(hardware, measured, findings),
-        ceilings_table(measured, datasheet),
-    ]
-    figures = [bits_figure(bits), sweep_figure(sweeps), roofline_figure(hardware, measured, datasheet, params)]
-    return LabResult(
+    result = LabResult(
         name="gemm",
         title="Mixed-precision GEMM: storage vs accumulator, fp8 accumulation, roofline",
-        sections=sections,
-        figures=figures,
-        findings=findings,
         params=params,
         summary=(f"bf16/fp16 error ratio {findings['gemm.bf16_over_fp16_error_ratio']:.3g} "
                  f"(ulp(1) ratio 8); fp16 accumulator {findings['gemm.fp16_acc_error_ratio']:.3g}× worse than "
@@ -184,12 +172,23 @@ def assemble(square: list[VariantResult], gemv: list[VariantResult], bits: list[
                  f"{findings['gemm.fp8_promotion_error_gain']:.3g}× at K={params['k_max']}. "
                  "Errors are exact emulation; timings in the hardware table are real CPU libraries."),
     )
+    result.add(Part([
+        variant_table("variants", f"GEMM variants, {_shape(square[0])} (exact CPU emulation)", square, datasheet),
+        variant_table("gemv", f"Decode-like GEMV, {_shape(gemv[0])} (exact CPU emulation)", gemv, datasheet),
+    ], findings=findings))
+    result.add(bits_section(bits))
+    result.add(Part([sweep_table(sweeps, params)]))
+    result.add(hardware_section(hardware, measured))
+    result.add(Part([ceilings_table(measured, datasheet)],
+                    [bits_figure(bits), sweep_figure(sweeps), roofline_figure(hardware, measured, datasheet, params)]))
+    return result
 
 
-def _roof_findings(findings: dict[str, Scalar], label: str, roof: Ceilings, square: list[VariantResult],
-                   gemv: list[VariantResult]) -> None:
+def roof_findings(label: str, roof: Ceilings, square: list[VariantResult],
+                  gemv: list[VariantResult]) -> dict[str, Scalar]:
     """Which roof (measured on this machine, or datasheet) a tiled kernel of each variant sits under, by its
     analytic intensity, and the rate that roof allows; variants whose math unit the roof lacks are skipped."""
+    findings: dict[str, Scalar] = {}
     for prefix, results in (("", square), ("gemv_", gemv)):
         for r in results:
             precision = math_precision(r.variant)
@@ -197,6 +196,7 @@ def _roof_findings(findings: dict[str, Scalar], label: str, roof: Ceilings, squa
                 key = f"roofline.{label}.{prefix}{r.variant.name}"
                 findings[f"{key}.bound"] = roof.bound(precision, r.traffic.intensity)
                 findings[f"{key}.attainable_tflops"] = roof.attainable(precision, r.traffic.intensity) / 1e3
+    return findings
 
 
 def _by_name(results: list[VariantResult], name: str) -> VariantResult:
@@ -208,10 +208,10 @@ def _shape(r: VariantResult) -> str:
     return f"M={m} N={n} K={k}"
 
 
-def _variant_findings(findings: dict[str, Scalar], key: str, r: VariantResult) -> None:
-    findings[f"gemm.{key}.max_rel_err"] = r.max_rel_err
-    findings[f"gemm.{key}.mean_rel_err"] = r.mean_rel_err
-    findings[f"gemm.{key}.passed"] = r.passed
+def variant_findings(key: str, r: VariantResult) -> dict[str, Scalar]:
+    """A variant's error findings: gemm.<key>.max_rel_err, .mean_rel_err, .passed."""
+    return {f"gemm.{key}.max_rel_err": r.max_rel_err, f"gemm.{key}.mean_rel_err": r.mean_rel_err,
+            f"gemm.{key}.passed": r.passed}
 
 
 def variant_table(key: str, title: str, results: list[VariantResult], datasheet: Ceilings | None) -> Table:
@@ -244,7 +244,9 @@ def variant_table(key: str, title: str, results: list[VariantResult], datasheet:
     )
 
 
-def bits_table(bits: list[VariantResult], findings: dict[str, Scalar]) -> Table:
+def bits_section(bits: list[VariantResult]) -> Part:
+    """Error against storage bit width, each against the ulp(1) prediction anchored at fp16."""
+    findings: dict[str, Scalar] = {}
     anchor = _by_name(bits, "fp16")
     anchor_m = anchor.variant.storage_format.man_bits
     rows: list[list[Scalar]] = []
@@ -255,7 +257,7 @@ def bits_table(bits: list[VariantResult], findings: dict[str, Scalar]) -> Table:
         rows.append([fmt.name, fmt.man_bits, fmt.eps, r.max_rel_err, r.mean_rel_err, predicted, ratio])
         findings[f"gemm.bits.{fmt.name}.max_rel_err"] = r.max_rel_err
         findings[f"gemm.bits.{fmt.name}.measured_over_predicted"] = ratio
-    return Table(
+    table = Table(
         key="bits", title="Error against storage bit width (fp32 accumulation; fp8 with per-tensor scales)",
         columns=["storage", "M", "ulp(1)", "max rel err", "mean rel err", "predicted", "measured/predicted"],
         rows=rows,
@@ -265,6 +267,7 @@ def bits_table(bits: list[VariantResult], findings: dict[str, Scalar]) -> Table:
         formats={"ulp(1)": ".3g", "max rel err": ".3e", "mean rel err": ".3e", "predicted": ".3e",
                  "measured/predicted": ".3g"},
     )
+    return Part([table], findings=findings)
 
 
 def sweep_table(sweeps: dict[str, list], params: dict[str, Scalar]) -> Table:
@@ -286,7 +289,9 @@ def sweep_table(sweeps: dict[str, list], params: dict[str, Scalar]) -> Table:
     )
 
 
-def hardware_table(hardware: list[Timing], measured: Ceilings, findings: dict[str, Scalar]) -> Table:
+def hardware_section(hardware: list[Timing], measured: Ceilings) -> Part:
+    """The real CPU matmul timings against this machine's measured roofs."""
+    findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     for t in hardware:
         bound = measured.bound(t.precision, t.intensity)
@@ -295,7 +300,7 @@ def hardware_table(hardware: list[Timing], measured: Ceilings, findings: dict[st
         findings[f"{key}.bound"] = bound
         findings[f"{key}.fraction_of_roof"] = fraction
         rows.append([t.name, t.shape, t.seconds * 1e3, t.gflops, t.intensity, t.gbps, bound, fraction])
-    return Table(
+    table = Table(
         key="hardware", title="Hardware: real CPU matmul libraries on this machine (not emulation)",
         columns=["kernel", "MxNxK", "ms", "GFLOP/s", "FLOP/B", "GB/s", "bound", "fraction of roof"],
         rows=rows,
@@ -307,6 +312,7 @@ def hardware_table(hardware: list[Timing], measured: Ceilings, findings: dict[st
               "precision). Timings on a shared CPU are noisy."),
         formats={"ms": ".3f", "GFLOP/s": ".4g", "FLOP/B": ".3g", "GB/s": ".3g", "fraction of roof": ".2f"},
     )
+    return Part([table], findings=findings)
 
 
 def ceilings_table(measured: Ceilings, datasheet: Ceilings | None) -> Table:

@@ -12,7 +12,7 @@ from precisionlab.gemm.roofline import Ceilings
 from precisionlab.gemm.study import status_label
 from precisionlab.gemm.timing import Timing
 from precisionlab.labs.gemm import roofline_figure
-from precisionlab.labs.result import Figure, LabResult, Scalar, Table
+from precisionlab.results import Figure, LabResult, Scalar, Table
 
 
 def gpu_status(row: Any) -> str | None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Part, Scalar, Series, Table
 from precisionlab.training import memory, toy
 from precisionlab.training.census import (
     CENSUS_FORMATS,
@@ -29,7 +29,7 @@ def _load_sample(census_file: str | Path | None) -> GradientSample:
     return example_histogram() if census_file is None else load_gradients(census_file)
 
 
-def census_part(sample: GradientSample) -> tuple[list[Table], list[Figure], dict[str, Scalar]]:
+def census_part(sample: GradientSample) -> Part:
     """Census table (each format, then fp16 after the largest safe power-of-two scale), figure, findings."""
     if sample.max_magnitude == 0:
         raise ValueError(f"{sample.source}: every gradient is zero; there is nothing to census or scale")
@@ -56,7 +56,7 @@ def census_part(sample: GradientSample) -> tuple[list[Table], list[Figure], dict
               f"last row is fp16 after multiplying by it. bf16 has fp32's exponent range (min normal 2^-126)."),
         formats={c: ".4f" for c in ("zero (flushed)", "subnormal", "normal", "overflow", "input zeros")},
     )
-    return [table], [_census_figure(sample, exponent)], findings
+    return Part([table], [_census_figure(sample, exponent)], findings)
 
 
 def _power_of_two(exponent: int) -> float:
@@ -87,7 +87,7 @@ def _census_figure(sample: GradientSample, exponent: int) -> Figure:
     )
 
 
-def train_part(steps: int = 400, samples: int = 16384) -> tuple[list[Table], list[Figure], dict[str, Scalar]]:
+def train_part(steps: int = 400, samples: int = 16384) -> Part:
     """Run every variant and trap on the toy problem; tables, loss/scale figures, findings."""
     config = toy.TrainConfig(steps=steps)
     study = toy.run_study(toy.make_problem(samples=samples), config)
@@ -132,7 +132,7 @@ def train_part(steps: int = 400, samples: int = 16384) -> tuple[list[Table], lis
               "looks ordinary, only slower. Applying a step with inf gradients makes the weights NaN for good."),
         formats={"final loss": ".3e", "final scale": ".4g", "flushed grads": ".3f", "lost updates": ".3f"},
     )
-    return [table], _train_figures(study), findings
+    return Part([table], _train_figures(study), findings)
 
 
 def _train_figures(study: toy.TrainingStudy) -> list[Figure]:
@@ -156,7 +156,7 @@ def _train_figures(study: toy.TrainingStudy) -> list[Figure]:
 
 
 def bill_part(params: float = 7e9, optimizer: str = "adam", devices: int = 8, zero_stage: int = 0,
-              matrix_dim: int = 4096) -> tuple[list[Table], list[Figure], dict[str, Scalar]]:
+              matrix_dim: int = 4096) -> Part:
     """Memory bill tables (components, recipe x optimizer matrix, ZeRO stages) and findings."""
     count = memory.check_params(params)
     chosen = memory.check_optimizer(optimizer)
@@ -217,7 +217,7 @@ def bill_part(params: float = 7e9, optimizer: str = "adam", devices: int = 8, ze
                   "gradients, stage 3 also the weights; a sharded component costs bytes/N per device."),
             formats={f"stage {s}": ".4g" for s in range(4)},
         ))
-    return tables, [], findings
+    return Part(tables, findings=findings)
 
 
 def run(parts: tuple[str, ...] = PARTS, census_file: str | Path | None = None, steps: int = 400,
@@ -231,17 +231,12 @@ def run(parts: tuple[str, ...] = PARTS, census_file: str | Path | None = None, s
                        params={"parts": ",".join(parts), "census_file": str(census_file) if census_file else None,
                                "steps": steps, "samples": samples, "params": params, "optimizer": optimizer,
                                "devices": devices, "zero_stage": zero_stage})
-    pieces = []
     if "census" in parts:
-        pieces.append(census_part(_load_sample(census_file)))
+        result.add(census_part(_load_sample(census_file)))
     if "train" in parts:
-        pieces.append(train_part(steps, samples))
+        result.add(train_part(steps, samples))
     if "bill" in parts:
-        pieces.append(bill_part(params, optimizer, devices, zero_stage, matrix_dim))
-    for tables, figures, findings in pieces:
-        result.sections.extend(tables)
-        result.figures.extend(figures)
-        result.findings.update(findings)
+        result.add(bill_part(params, optimizer, devices, zero_stage, matrix_dim))
     result.summary = _summary(result.findings)
     return result
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 DETAIL_KEYS = ("damping", "damping_tries", "dead_columns", "alpha", "clipped_fraction", "scaled", "smoothed",
                "act_scheme", "outlier_columns", "fp32_output_error", "key_error", "value_error")

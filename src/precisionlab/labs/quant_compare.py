@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.quant import QuantizationWarning, QuantizedTensor, error_metrics, parse_scheme, quantize
 from precisionlab.quant.diagnostics import CLIPPED_WARN_FRACTION, FLOORED_WARN_FRACTION, warning_messages
-from precisionlab.quant.safetensors_io import TAG_KEY, read_safetensors
+from precisionlab.quant.safetensors_io import SOURCE_DTYPES, TAG_KEY, read_safetensors
 from precisionlab.quant.scheme import Granularity
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nf4:g64", "mxfp8", "mxfp4", "nvfp4", "dsv3_weight")
 
@@ -31,9 +31,6 @@ Progress = Callable[[str], None]
 _NPY_MAGIC = b"\x93NUMPY"
 
 
-SOURCE_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
-                 "F8_E5M2": "float8_e5m2"}
-"""safetensors float dtypes and the name a quantized tensor records as its source dtype."""
 
 
 def iter_tensors(path: Path) -> tuple[list[tuple[str, Callable[[], np.ndarray], str]], list[str]]:

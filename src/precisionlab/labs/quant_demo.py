@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.quant import CurrentScaler, DelayedScaler, quantize
 from precisionlab.quant.scalers import fake_quantize_fp8
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 OUTLIER_ROW = 7
 ROWS = 64

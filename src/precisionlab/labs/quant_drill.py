@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from precisionlab.labs import Lab
-from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
 from precisionlab.quant import quantize
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 SCHEMES = [
     ("per-tensor", "per_tensor", "int8"),

@@ -30,7 +30,8 @@ import numpy as np
 
 from precisionlab.quant import qparams as qp
 from precisionlab.quant.blocks import layout
-from precisionlab.quant.core import choose_qparams, make_codec
+from precisionlab.quant.core import choose_qparams
+from precisionlab.quant.elements import make_codec
 from precisionlab.quant.packing import pack
 from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor

@@ -29,7 +29,7 @@ import numpy as np
 from precisionlab.ptq.awq import rescale
 from precisionlab.ptq.peers import as_numpy
 from precisionlab.quant import quantize
-from precisionlab.quant.core import make_codec
+from precisionlab.quant.elements import make_codec
 from precisionlab.quant.scheme import Granularity, Scheme, parse_scheme
 
 DEFAULT_ALPHA = 0.5

@@ -14,7 +14,8 @@ for the gguf_* presets), `tensor` (QuantizedTensor and byte accounting), `safete
 files), `scalers` (FP8 current / delayed scaling), `metrics` (error measures).
 """
 
-from precisionlab.quant.core import dequantize, quantize, quantize_dequantize
+from precisionlab.quant.core import quantize, quantize_dequantize
+from precisionlab.quant.dequant import dequantize
 from precisionlab.quant.diagnostics import QuantizationWarning, ScaleDiagnostics
 from precisionlab.quant.metrics import ErrorMetrics, error_metrics
 from precisionlab.quant.scalers import CurrentScaler, DelayedScaler

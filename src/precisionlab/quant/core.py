@@ -1,4 +1,4 @@
-"""quantize / dequantize: chunked, multi-threaded, exact to the rules in `qparams` and `elements`.
+"""quantize: chunked, multi-threaded, exact to the rules in `qparams` and `elements` (dequantize: `quant.dequant`).
 
     quantize:    per block  choose s (and z or m) from the block's amax (or min / max)
                  per element q = encode(x / s)          (one rounding of the exact quotient: elements.quotient)
@@ -7,8 +7,8 @@
                                                         min=: fp32(fp32(q * s) + m)
     gguf_* presets: llama.cpp's reference quantizers (`quant.ggml`), the same dequantization.
 
-The work runs over chunks of whole block-rows (about CHUNK elements each) on a small
-thread pool, so temporaries stay in cache and peak extra memory is the packed codes plus
+The work runs over chunks of whole block-rows (`quant.chunking`: about CHUNK elements each) on the
+shared thread pool, so temporaries stay in cache and peak extra memory is the packed codes plus
 a few chunks. Schemes whose block spans every row (per tensor, per column) and NVFP4's
 tensor scale take one extra read-only pass for the statistics.
 """
@@ -16,27 +16,20 @@ tensor scale take one extra read-only pass for the statistics.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from precisionlab import parallel as thread_pool
 from precisionlab.quant import diagnostics as diag
+from precisionlab.quant import ggml
 from precisionlab.quant import qparams as qp
-from precisionlab.quant.blocks import Layout, canonical_view, from_view, layout, to_view
-from precisionlab.quant.elements import Codec, codec, pair_table
-from precisionlab.quant.packing import pack, packed_nbytes, unpack
+from precisionlab.quant.blocks import Layout, canonical_view, layout, to_view
+from precisionlab.quant.chunking import Task, aligned, codes_per_group, row_tasks, run_tasks
+from precisionlab.quant.elements import Codec, make_codec
+from precisionlab.quant.packing import pack, packed_nbytes
 from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
-
-CHUNK = 1 << 18
-"""Target elements per chunk (1 MiB of float32)."""
-
-PARALLEL_MIN = 1 << 20
-"""Tensors at least this large are processed on a thread pool (numpy releases the GIL)."""
-
-Task = tuple[int, int, int]  # (batch, first padded row, end padded row)
+from precisionlab.rounding.bf16 import bf16_to_float32
 
 
 # --------------------------------------------------------------------------- inputs
@@ -59,38 +52,6 @@ def as_array(x: Any) -> tuple[np.ndarray, str]:
     if arr.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"quantize needs float16, bfloat16, float32 or float64 data, got dtype {arr.dtype}")
     return arr, arr.dtype.name
-
-
-def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) to float32 values (exact: bf16 is the top half of fp32)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def make_codec(scheme: Scheme) -> Codec:
-    base = codec(scheme.element)
-    if scheme.preset == "mxint8":
-        return Codec(base.fmt, unit=qp.MXINT8_UNIT)
-    if scheme.int_range != "narrow":
-        return Codec(base.fmt, int_range=scheme.int_range)
-    return base
-
-
-# --------------------------------------------------------------------------- chunking
-def _tasks(lay: Layout, bits: int) -> list[Task]:
-    """Row ranges [r0, r1) per batch: whole block rows, about CHUNK elements, byte-aligned."""
-    b_count, m, np_ = lay.padded
-    br = lay.block[0]
-    rows = max(1, CHUNK // np_)
-    step = 1 if lay.whole_rows else br
-    rows = max(step, rows // step * step)
-    per = _per_group(bits)
-    while (rows * np_) % per:
-        rows += step
-    return [(b, r0, min(r0 + rows, m)) for b in range(b_count) for r0 in range(0, m, rows)]
-
-
-def _run(tasks: list[Task], fn: Callable[[Task], Any], total: int) -> list[Any]:
-    return thread_pool.map_tasks(fn, tasks, parallel=total >= PARALLEL_MIN)
 
 
 def _load(view: np.ndarray, lay: Layout, task: Task, dtype: type[np.floating]) -> np.ndarray:
@@ -149,7 +110,7 @@ def _whole_stats(view: np.ndarray, lay: Layout, tasks: list[Task], dtype: type[n
         a, b = _stats(_blocked(_load(view, lay, task, dtype), lay), signed)
         return task[0], a, b
 
-    parts = _run(tasks, one, lay.n_stored)
+    parts = run_tasks(tasks, one, lay.n_stored)
     grid = lay.grid
     first = np.full(grid, -np.inf)
     second = np.full(grid, -np.inf)
@@ -175,7 +136,7 @@ def _finite_amax(view: np.ndarray, lay: Layout, tasks: list[Task], dtype: type[n
             top = float(finite.max()) if finite.size else 0.0
         return top
 
-    return max(_run(tasks, one, lay.n_stored), default=0.0)
+    return max(run_tasks(tasks, one, lay.n_stored), default=0.0)
 
 
 def choose_qparams(first: np.ndarray, second: np.ndarray, scheme: Scheme, cod: Codec,
@@ -202,15 +163,13 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
     axis, _, view_shape = canonical_view(arr.shape, s)
     view = to_view(arr, axis, view_shape)
     if s.ggml is not None:
-        from precisionlab.quant import ggml
-
         return ggml.quantize_view(view, s, tuple(arr.shape) or (1,), dtype_name)
     work = np.float64 if arr.dtype == np.float64 else np.float32
     rows_fp16 = index = None
     if s.outliers:
         view, rows_fp16, index = _split_outliers(view, s.outliers, work)
     lay = layout((view.shape[0], view.shape[1], view.shape[2]), s)
-    tasks = _tasks(lay, cod.bits)
+    tasks = row_tasks(lay, cod.bits)
 
     tensor_scale = None
     if s.tensor_scale:
@@ -232,7 +191,7 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
     per_bytes = packed_nbytes(1, cod.bits)
     # a chunk that starts inside a packing group (sub-byte codes, 2-D blocks over several
     # batches of an odd size) cannot be packed on its own: collect every code, pack once
-    codes_all = None if _aligned(tasks, lay, cod.bits) else np.empty(lay.n_stored, dtype=np.uint8)
+    codes_all = None if aligned(tasks, lay, cod.bits) else np.empty(lay.n_stored, dtype=np.uint8)
 
     def one(task: Task) -> None:
         b, r0, r1 = task
@@ -274,10 +233,10 @@ def quantize(x: Any, scheme: str | Scheme) -> QuantizedTensor:
             codes_all[start : start + chunk_codes.size] = chunk_codes.reshape(-1)
             return
         chunk_packed = pack(chunk_codes, cod.bits)
-        offset = start // _per_group(cod.bits) * per_bytes
+        offset = start // codes_per_group(cod.bits) * per_bytes
         packed[offset : offset + chunk_packed.size] = chunk_packed
 
-    _run(tasks, one, lay.n_stored)
+    run_tasks(tasks, one, lay.n_stored)
     if codes_all is not None:
         packed[...] = pack(codes_all, cod.bits)
     if pre is not None:
@@ -307,17 +266,6 @@ def _count(mask: np.ndarray | None) -> int:
     return 0 if mask is None else int(np.count_nonzero(mask))
 
 
-def _per_group(bits: int) -> int:
-    """Codes in one packing group (`quant.packing`)."""
-    return {2: 4, 4: 2, 5: 8, 6: 4}.get(bits, 1)
-
-
-def _aligned(tasks: list[Task], lay: Layout, bits: int) -> bool:
-    """True when every chunk starts on a packing-group boundary (so chunks pack independently)."""
-    per = _per_group(bits)
-    return all((b * lay.padded[1] + r0) * lay.padded[2] % per == 0 for b, r0, _ in tasks)
-
-
 def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Keep the k rows with the largest amax (ties: the lower row) out of the payload, in fp16.
 
@@ -340,84 +288,6 @@ def _split_outliers(view: np.ndarray, k: int, work: type[np.floating]) -> tuple[
                          "store as inf; scale the tensor down or quantize without outliers=")
     rest = np.ascontiguousarray(view[:, keep, :]).astype(work, copy=False)
     return rest, rows_fp16, index
-
-
-# --------------------------------------------------------------------------- dequantize
-def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
-    """x_hat = fp32(value(code) * divisor) per element (asym: (q - z) * s; min=: fp32(fp32(q * s) + m)), in q's
-    original shape."""
-    s = q.scheme
-    cod = make_codec(s)
-    lay = q.layout
-    axis, moved, full_view = canonical_view(q.shape, s)
-    divisor = _divisors(q, cod)
-    values = cod.values()
-    pairs = pair_table(cod.fmt) if cod.bits == 4 else None
-    out = np.empty(lay.view, dtype=np.float32)
-    np_ = lay.padded[2]
-    n = lay.view[2]
-    per_bytes = packed_nbytes(1, cod.bits)
-    tasks = _tasks(lay, cod.bits)
-    codes_all = None if _aligned(tasks, lay, cod.bits) else unpack(q.packed, cod.bits, lay.n_stored)
-
-    def one(task: Task) -> None:
-        b, r0, r1 = task
-        count = (r1 - r0) * np_
-        start = (b * lay.padded[1] + r0) * np_
-        if codes_all is not None:
-            vals = np.take(values, codes_all[start : start + count]).reshape(r1 - r0, np_)
-        else:
-            offset = start // _per_group(cod.bits) * per_bytes
-            raw = q.packed[offset : offset + packed_nbytes(count, cod.bits)]
-            if pairs is not None and count % 2 == 0:
-                vals = np.take(pairs, raw).view(np.float32).reshape(r1 - r0, np_)
-            else:
-                vals = np.take(values, unpack(raw, cod.bits, count)).reshape(r1 - r0, np_)
-        rows = r1 - r0
-        if lay.whole_rows:
-            sel = divisor[b, 0:1][:, None, :, None], (None if q.zero_points is None else q.zero_points[b, 0:1])
-            blocks = vals.reshape(1, rows, np_ // lay.block[1], lay.block[1])
-            zero = sel[1]
-            mult = sel[0]
-            block_min = None if q.min_values is None else q.min_values[b, 0:1]
-        else:
-            br = lay.block[0]
-            row_block = np.arange(r0, r1) // br  # the block row of each row
-            mult = divisor[b][row_block][:, None, :, None]
-            zero = None if q.zero_points is None else q.zero_points[b][row_block]
-            block_min = None if q.min_values is None else q.min_values[b][row_block]
-            blocks = vals.reshape(rows, 1, np_ // lay.block[1], lay.block[1])
-        if zero is not None:
-            blocks = blocks - zero[:, None, :, None]
-        if block_min is not None:  # fp32(fp32(q * s) + m)
-            result = blocks * mult
-            result += block_min[:, None, :, None]
-            out[b, r0:r1, :] = result.reshape(rows, np_)[:, :n]
-        elif np_ == n:
-            np.multiply(blocks, mult, out=out[b, r0:r1, :].reshape(blocks.shape))
-        else:
-            out[b, r0:r1, :] = (blocks * mult).reshape(rows, np_)[:, :n]
-
-    _run(tasks, one, lay.n_stored)
-    if q.outlier_index is not None and q.outlier_rows is not None:
-        full = np.empty(full_view, dtype=np.float32)
-        keep = np.ones(full_view[1], dtype=bool)
-        keep[q.outlier_index] = False
-        full[0, keep, :] = out[0]
-        full[0, q.outlier_index, :] = q.outlier_rows.astype(np.float32)
-        out = full
-    result = from_view(out, axis, moved).reshape(q.shape)
-    return np.ascontiguousarray(result, dtype=dtype)
-
-
-def _divisors(q: QuantizedTensor, cod: Codec) -> np.ndarray:
-    """Per-block multiplier of the code values: s; X·unit (MX); fp32(s_b·g) (NVFP4)."""
-    scale = q.scale_values
-    if q.tensor_scale is not None:
-        return (scale * np.float32(q.tensor_scale)).astype(np.float32)
-    if cod.unit != 1.0:
-        return (scale * np.float32(cod.unit)).astype(np.float32)
-    return scale
 
 
 def quantize_dequantize(x: Any, scheme: str | Scheme) -> np.ndarray:

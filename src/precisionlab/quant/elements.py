@@ -27,9 +27,16 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, IntFormat, get_format
 from precisionlab.formats.codebook import CodebookFormat, get_codebook
+from precisionlab.quant.scheme import Scheme
 from precisionlab.rounding import encode
 from precisionlab.rounding.codes import decode_table
-from precisionlab.rounding.engine import table_index, table_representatives
+from precisionlab.rounding.table import (
+    TABLE64_MAN_BITS,
+    code_table,
+    table_index,
+    table_index64,
+    table_representatives,
+)
 
 ElementFormat = FloatFormat | IntFormat | CodebookFormat
 
@@ -118,10 +125,10 @@ class Codec:
         if isinstance(fmt, CodebookFormat):
             return fmt.encode(v)
         if v.dtype == np.float32:
-            return np.take(_code_table(fmt), table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
+            return np.take(code_table(fmt), table_index(v.reshape(-1).view(np.uint32))).reshape(v.shape)
         if v.dtype == np.float64 and fmt.man_bits <= TABLE64_MAN_BITS:
             flat = np.ascontiguousarray(v).reshape(-1)
-            return np.take(_code_table64(fmt), table_index64(flat.view(np.uint64))).reshape(v.shape)
+            return np.take(code_table(fmt, np.float64), table_index64(flat.view(np.uint64))).reshape(v.shape)
         return np.asarray(encode(np.ascontiguousarray(v), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
 
     def encode_offset(self, x: np.ndarray, divisor: np.ndarray, minimum: np.ndarray) -> np.ndarray:
@@ -189,45 +196,6 @@ def _values(fmt: ElementFormat) -> np.ndarray:
     return table
 
 
-@lru_cache(maxsize=32)
-def _code_table(fmt: FloatFormat) -> np.ndarray:
-    """Codes for every (top 16 bits, sticky) pattern of a float32, by the exact engine."""
-    table = np.asarray(encode(table_representatives(), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
-    table.flags.writeable = False
-    return table
-
-
-TABLE64_MAN_BITS = 3
-"""float64 v: the top 16 bits hold 4 mantissa bits, the M kept bits and the rounding bit of M <= 3."""
-
-
-@lru_cache(maxsize=1)
-def table_representatives64() -> np.ndarray:
-    """One float64 per table entry: entry i has top 16 bits i >> 1 and low bits i & 1 (read-only)."""
-    index = np.arange(1 << 17, dtype=np.uint64)
-    representatives = (((index >> np.uint64(1)) << np.uint64(48)) | (index & np.uint64(1))).view(np.float64)
-    representatives.flags.writeable = False
-    return representatives
-
-
-def table_index64(u: np.ndarray) -> np.ndarray:
-    """(top 16 bits of float64 bits u) * 2 + (1 if any of the low 48 bits is set), as int64 for np.take."""
-    idx = u >> np.uint64(47)
-    idx &= np.uint64(0x1FFFE)
-    low = u & np.uint64((1 << 48) - 1)
-    np.minimum(low, np.uint64(1), out=low)
-    idx |= low
-    return idx.view(np.int64)
-
-
-@lru_cache(maxsize=32)
-def _code_table64(fmt: FloatFormat) -> np.ndarray:
-    """Codes for every (top 16 bits, sticky) pattern of a float64, by the exact engine."""
-    table = np.asarray(encode(table_representatives64(), fmt, overflow="saturate", nan="zero"), dtype=np.uint8)
-    table.flags.writeable = False
-    return table
-
-
 ONE_ROUNDING = """Why each code is one rounding of the exact quotient q = x / d (x float32 or float64, d float32).
 
 Every element rounding has decision boundaries m (integers: k + 1/2; fp8 / fp6 / fp4: midpoints of
@@ -265,7 +233,7 @@ def _float_codes(x: np.ndarray, d: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     flat = v.reshape(-1)
     idx = table_index(flat.view(np.uint32))
     if _powers_of_two(d):
-        return np.take(_code_table(fmt), idx).reshape(v.shape)
+        return np.take(code_table(fmt), idx).reshape(v.shape)
     table = _flagged_code_table(fmt)
     flagged = np.take(table, idx)
     if flagged.size and flagged.max() >= TIE_FLAG:
@@ -331,7 +299,7 @@ def _flagged_code_table(fmt: FloatFormat) -> np.ndarray:
     edges = (magnitudes[1:] + magnitudes[:-1]) / 2  # exact: neighbours are float32 values
     representatives = np.abs(table_representatives().astype(np.float64))
     on_edge = np.isin(representatives, edges)
-    table = _code_table(fmt).astype(np.uint16) | np.where(on_edge, np.uint16(TIE_FLAG), np.uint16(0))
+    table = code_table(fmt).astype(np.uint16) | np.where(on_edge, np.uint16(TIE_FLAG), np.uint16(0))
     table.flags.writeable = False
     return table
 
@@ -358,3 +326,18 @@ def codec(element: str) -> Codec:
     if isinstance(fmt, FloatFormat) and fmt.bits > 8:
         raise ValueError(f"element {element} is wider than 8 bits; quantization elements are 8 bits or fewer")
     return Codec(fmt)
+
+
+MXINT8_UNIT = 2.0**-6
+"""MXINT8 stores int8 codes in 1.6 fixed point: value = code * 2^-6."""
+
+
+def make_codec(scheme: Scheme) -> Codec:
+    """The codec of a scheme: its element's (`codec`), with MXINT8's fixed-point unit or the scheme's integer
+    range where it sets one. The element width of a quantized tensor is `make_codec(scheme).bits`."""
+    base = codec(scheme.element)
+    if scheme.preset == "mxint8":
+        return Codec(base.fmt, unit=MXINT8_UNIT)
+    if scheme.int_range != "narrow":
+        return Codec(base.fmt, int_range=scheme.int_range)
+    return base

@@ -41,7 +41,7 @@ from precisionlab.formats import IntFormat
 from precisionlab.quant import diagnostics as diag
 from precisionlab.quant import qparams as qp
 from precisionlab.quant.blocks import layout
-from precisionlab.quant.elements import codec, int_codes
+from precisionlab.quant.elements import codec, int_codes, make_codec
 from precisionlab.quant.packing import pack
 from precisionlab.quant.scheme import Scheme
 from precisionlab.quant.tensor import QuantizedTensor, TwoLevelScales, check_whole_blocks
@@ -404,8 +404,6 @@ def from_tensor(q: QuantizedTensor) -> Blocks:
 def _clipped(rows: np.ndarray, blocks: Blocks, s: Scheme) -> int:
     """Elements beyond their block's range by more than half a step (`quant.diagnostics`), counted, not warned
     about: llama.cpp's rule is what these presets reproduce."""
-    from precisionlab.quant.core import make_codec
-
     x = rows.reshape(blocks.scales.shape[0], blocks.scales.shape[1], -1)
     lower, upper = diag.clip_bounds(make_codec(s), blocks.scales, None, blocks.mins)
     flagged = (x.min(axis=2) < lower) | (x.max(axis=2) > upper)  # float32 against float64: exact comparisons

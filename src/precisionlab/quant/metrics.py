@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from precisionlab.quant.blocks import canonical_view, to_view
-from precisionlab.quant.core import _divisors, as_array, make_codec
+from precisionlab.quant.core import as_array
 from precisionlab.quant.diagnostics import clip_bounds
+from precisionlab.quant.elements import make_codec
 from precisionlab.quant.tensor import QuantizedTensor
 
 
@@ -91,7 +92,7 @@ def clipped_fraction(x: Any, q: QuantizedTensor) -> float:
         view = view[:, keep, :]
     lay = q.layout
     cod = make_codec(q.scheme)
-    lower, upper = clip_bounds(cod, _divisors(q, cod), q.zero_points)  # (B, row blocks, column blocks)
+    lower, upper = clip_bounds(cod, q.divisors(), q.zero_points)  # (B, row blocks, column blocks)
     br = lay.padded[1] if lay.whole_rows else lay.block[0]
     n = view.shape[2]
     rows = max(1, CHUNK // max(n, 1))

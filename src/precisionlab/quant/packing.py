@@ -19,8 +19,8 @@ import numpy as np
 PACKABLE_BITS = (2, 4, 5, 6, 8)
 
 
-def _per_group(bits: int) -> tuple[int, int]:
-    """(codes, bytes) in one packing group."""
+def group_size(bits: int) -> tuple[int, int]:
+    """(codes, bytes) in one packing group: 8 bits (1, 1), 4 (2, 1), 2 (4, 1), 6 (4, 3), 5 (8, 5)."""
     if bits not in PACKABLE_BITS:
         raise ValueError(f"cannot pack {bits}-bit codes; supported widths: {PACKABLE_BITS}")
     return {8: (1, 1), 4: (2, 1), 2: (4, 1), 6: (4, 3), 5: (8, 5)}[bits]
@@ -28,14 +28,14 @@ def _per_group(bits: int) -> tuple[int, int]:
 
 def packed_nbytes(count: int, bits: int) -> int:
     """Bytes holding `count` codes of `bits` bits (the tail group padded)."""
-    codes, nbytes = _per_group(bits)
+    codes, nbytes = group_size(bits)
     return -(-count // codes) * nbytes
 
 
 def pack(codes: np.ndarray, bits: int) -> np.ndarray:
     """Pack uint8 codes (each < 2^bits) into bytes."""
     flat = np.ascontiguousarray(codes, dtype=np.uint8).reshape(-1)
-    per, _ = _per_group(bits)
+    per, _ = group_size(bits)
     if per == 1:
         return flat.copy()
     tail = (-flat.size) % per
@@ -60,7 +60,7 @@ def pack(codes: np.ndarray, bits: int) -> np.ndarray:
 
 def unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     """The first `count` codes held in `packed` (uint8)."""
-    per, _ = _per_group(bits)
+    per, _ = group_size(bits)
     data = np.asarray(packed, dtype=np.uint8).reshape(-1)
     need = packed_nbytes(count, bits)
     if data.size < need:

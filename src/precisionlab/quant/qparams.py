@@ -50,9 +50,6 @@ from precisionlab.quant.elements import Codec
 from precisionlab.quant.scheme import MXRule, Scheme
 from precisionlab.rounding import decode, encode, round_to
 
-MXINT8_UNIT = 2.0**-6
-"""MXINT8 stores int8 codes in 1.6 fixed point: value = code * 2^-6."""
-
 UE8M0_EXP_RANGE = (-127, 127)
 
 

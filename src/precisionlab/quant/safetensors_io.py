@@ -38,14 +38,18 @@ import numpy as np
 from precisionlab._atomic import atomic_write_with
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import canonical_view
+from precisionlab.quant.elements import make_codec
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
 from precisionlab.quant.scheme import parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
 from precisionlab.rounding import decode, encode
+from precisionlab.rounding.bf16 import bf16_to_float32
 
 TAG_KEY = "precisionlab.quant"
 TAG_VERSION = "1"
-SOURCE_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+SOURCE_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn",
+                 "F8_E5M2": "float8_e5m2"}
+"""safetensors float dtypes and the name a quantized tensor records as its source dtype (the tag's "dtype")."""
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
@@ -105,7 +109,7 @@ class Entry:
         """Values as floats: BF16 and F8 decoded exactly to float32, F16 / F32 / F64 as stored; integer
         tensors are refused."""
         if self.dtype == "BF16":
-            return (self.raw().astype(np.uint32) << np.uint32(16)).view(np.float32)
+            return bf16_to_float32(self.raw())
         if self.dtype in ("F8_E4M3", "F8_E5M2"):
             fmt = "e4m3" if self.dtype == "F8_E4M3" else "e5m2"
             return np.asarray(decode(self.raw(), fmt), dtype=np.float32).reshape(self.shape)
@@ -353,7 +357,7 @@ def load_quantized(path: str | Path) -> dict[str, QuantizedTensor]:
             if not isinstance(dims, list) or not all(type(d) is int for d in dims):  # no 33.5 -> 33, "4" -> 4
                 raise ValueError(f"shape {dims!r} is not a list of integers")
             shape = tuple(dims)
-            if not shape or any(d <= 0 for d in shape) or record.get("dtype") not in SOURCE_DTYPES:
+            if not shape or any(d <= 0 for d in shape) or record.get("dtype") not in SOURCE_DTYPES.values():
                 raise ValueError(f"shape {list(shape)} / dtype {record.get('dtype')!r}")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: bad record for tensor {name!r}: {exc}") from None
@@ -419,8 +423,6 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
     if scheme.has_zero_point:
         zp = unpack(check(need("zero_points"), "U8", packed_nbytes(lay.n_blocks, bits)), bits, lay.n_blocks)
         zp = zp.astype(np.int64)
-        from precisionlab.quant.core import make_codec
-
         fmt = make_codec(scheme).fmt
         if getattr(fmt, "signed", False):
             zp = np.where(zp >= 1 << (bits - 1), zp - (1 << bits), zp)

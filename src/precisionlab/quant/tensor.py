@@ -31,8 +31,9 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, get_format
 from precisionlab.quant.blocks import Layout, canonical_view, layout
+from precisionlab.quant.dequant import dequantize
 from precisionlab.quant.diagnostics import ScaleDiagnostics
-from precisionlab.quant.elements import codec
+from precisionlab.quant.elements import codec, make_codec
 from precisionlab.quant.packing import packed_nbytes, unpack
 from precisionlab.quant.scheme import Scheme, parse_scheme
 from precisionlab.rounding import encode
@@ -176,9 +177,18 @@ class QuantizedTensor:
 
     @property
     def element_bits(self) -> int:
-        from precisionlab.quant.core import make_codec
-
         return make_codec(self.scheme).bits
+
+    def divisors(self) -> np.ndarray:
+        """Per-block multiplier of the code values (float32, the shape of the scales): s; s·unit (MXINT8);
+        fp32(s_b·g) with NVFP4's tensor scale g."""
+        scale = self.scale_values
+        if self.tensor_scale is not None:
+            return (scale * np.float32(self.tensor_scale)).astype(np.float32)
+        unit = make_codec(self.scheme).unit
+        if unit != 1.0:
+            return (scale * np.float32(unit)).astype(np.float32)
+        return scale
 
     def _squeeze(self, arr: np.ndarray) -> np.ndarray:
         return arr[0] if arr.shape[0] == 1 else arr
@@ -229,9 +239,8 @@ class QuantizedTensor:
         return lay.n_stored - math.prod(lay.view)
 
     def dequantize(self, dtype: Any = np.float32) -> np.ndarray:
-        """x_hat = code value * stored scale (asym: (q - z) * s; min=: q * s + m), in the input's shape."""
-        from precisionlab.quant.core import dequantize
-
+        """x_hat = code value * stored scale (asym: (q - z) * s; min=: q * s + m), in the input's shape
+        (`quant.dequant.dequantize`)."""
         return dequantize(self, dtype)
 
     def __repr__(self) -> str:

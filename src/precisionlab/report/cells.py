@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from precisionlab.labs.result import Scalar, Table
+from precisionlab.results import Scalar, Table
 
 SHORT_TEXT = 24
 """Text cells up to this many characters (codes, names, 'yes') are kept on one line."""

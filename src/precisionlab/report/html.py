@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from precisionlab.labs.result import Figure, LabResult, Scalar, Table, jsonable
 from precisionlab.report.cells import SHORT_TEXT, column_kinds, fail_rows, format_cell, is_prose_table
+from precisionlab.results import Figure, LabResult, Scalar, Table, jsonable
 
 CSS = """
 :root{--fg:#1b1b1f;--muted:#545861;--line:#d5d8de;--head:#eef1f7;--accent:#0b57d0;--bad:#b3261e;--warn:#8a5300}

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from precisionlab._atomic import atomic_write_text
-from precisionlab.labs.result import LabResult, Table, jsonable
 from precisionlab.report.folders import files_folder, report_folder
 from precisionlab.report.html import FigureFile, render_html
+from precisionlab.results import LabResult, Table, jsonable
 
 __all__ = ["atomic_write_text", "dumps", "render_html", "table_csv", "write_csv_files", "write_figures",
            "write_lab", "write_lab_files", "write_report_files", "write_run"]

@@ -16,8 +16,8 @@ from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table as RichTable
 
-from precisionlab.labs.result import LabResult, Table
 from precisionlab.report.cells import column_kinds, format_cell, is_prose_table
+from precisionlab.results import LabResult, Table
 
 __all__ = ["format_cell", "make_console", "render", "render_table"]
 

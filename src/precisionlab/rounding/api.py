@@ -17,14 +17,20 @@ import numpy as np
 from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_float_format, get_format
 from precisionlab.rounding import codes as _codes
 from precisionlab.rounding import dispatch, engine
-from precisionlab.rounding.arrays import FLOAT64_PRECISION, ODD_SAFE_PRECISION, Unpacked, is_torch_tensor, unpack
+from precisionlab.rounding.arrays import (
+    FLOAT64_PRECISION,
+    ODD_SAFE_PRECISION,
+    TORCH_FORMATS,
+    Unpacked,
+    is_torch_tensor,
+    unpack,
+)
 from precisionlab.rounding.general import output_container, round_flat
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy, parse_nan, parse_rounding
 
 RngLike = np.random.Generator | int | None
 
 _FLOAT64 = np.dtype(np.float64)
-_TORCH_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 
 def _torch_float32() -> Any:
@@ -98,7 +104,7 @@ def _round_tensor(x: Any, target: Format, mode: Rounding, overflow: str | Overfl
     if torch_path.applies(x, target, mode) and policy in torch_path.POLICIES:
         assert isinstance(target, FloatFormat) and policy is not None
         engine.check_policies(target, policy)
-        container = get_float_format(_TORCH_NAMES[str(x.dtype)])
+        container = get_float_format(TORCH_FORMATS[str(x.dtype)])
         out_dtype = x.dtype if output_container(target, container) is container else _torch_float32()
         return torch_path.round_tensor(x, target, policy, out_dtype)
     return _round_host(x, target, mode, overflow, rng, nan)

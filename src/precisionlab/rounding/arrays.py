@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import FloatFormat, get_float_format
+from precisionlab.rounding.bf16 import bf16_to_float32
 
 _NUMPY_FLOATS: dict[np.dtype, str] = {
     np.dtype(np.float16): "fp16", np.dtype(np.float32): "fp32", np.dtype(np.float64): "fp64",
@@ -106,22 +107,19 @@ def _rebuild_numpy(shape: tuple[int, ...]) -> Callable[[np.ndarray, FloatFormat]
     return rebuild
 
 
-_TORCH_FLOATS = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64"}
+TORCH_FORMATS = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float64": "fp64"}
+"""str(tensor.dtype) of the float tensors round_to takes -> the registry name of that container format."""
 
 
 def _unpack_torch(t: Any, what: str) -> Unpacked:
-    name = _TORCH_FLOATS.get(str(t.dtype))
+    name = TORCH_FORMATS.get(str(t.dtype))
     if name is None:
         raise TypeError(f"{what} must be a float16, bfloat16, float32 or float64 tensor, got {t.dtype}")
     import torch  # the caller already holds a tensor, so torch is loaded
 
     device, shape = t.device, tuple(t.shape)
     host = t.detach().contiguous().cpu().reshape(-1)
-    if name == "bf16":
-        bits = host.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32) << np.uint32(16)
-        flat = bits.view(np.float32)
-    else:
-        flat = host.numpy()
+    flat = bf16_to_float32(host.view(torch.int16).numpy().view(np.uint16)) if name == "bf16" else host.numpy()
 
     def rebuild(out: np.ndarray, fmt: FloatFormat) -> Any:
         if fmt.name == "bf16":

@@ -12,8 +12,8 @@ Under a deterministic rounding mode, round(x) is a step function of x. A step ca
 
 so round(x) is constant on every open interval between consecutive candidates. The fast
 paths rely on this: `search` tabulates the steps for a binary search, and `table_kernels`
-checks that every candidate is a bf16 number before it trusts the 2^17-entry table (whose
-entries are exactly the bf16 numbers and the open intervals between them).
+checks that every candidate lies on a coarse float32 grid before it trusts a table whose
+entries are exactly that grid's numbers and the open intervals between them.
 
 Only formats of at most 16 bits are tabulated (at most 2^16 members).
 """
@@ -82,9 +82,3 @@ def exact_in(values: np.ndarray, dtype: type[np.floating]) -> np.ndarray | None:
     if not np.array_equal(narrowed.astype(np.float64), values):
         return None
     return narrowed
-
-
-def all_bf16(values: np.ndarray) -> bool:
-    """True when every value is a bf16 number (a float32 whose low 16 bits are zero)."""
-    as32 = exact_in(values, np.float32)
-    return as32 is not None and not (as32.view(np.uint32) & np.uint32(0xFFFF)).any()

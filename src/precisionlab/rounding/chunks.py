@@ -73,3 +73,13 @@ def _run_range(kernel: ChunkKernel, src: np.ndarray, out: np.ndarray, lo: int, h
     for start in range(lo, hi, CHUNK):
         stop = min(start + CHUNK, hi)
         kernel.run(src[start:stop], out[start:stop], tuple(s[: stop - start] for s in scratch))
+
+
+def map_chunks(func, flat: np.ndarray, out: np.ndarray, parallel: bool) -> None:  # type: ignore[no-untyped-def]
+    """out[i:j] = func(flat[i:j]) over CHUNK-sized chunks, on the shared thread pool when asked and
+    the array is at least PARALLEL_MIN elements (the engine's general path; kernels use run_chunked)."""
+
+    def one(start: int) -> None:
+        out[start : start + CHUNK] = func(flat[start : start + CHUNK])
+
+    thread_pool.map_tasks(one, range(0, flat.size, CHUNK), parallel=parallel and flat.size >= PARALLEL_MIN)

@@ -25,8 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from precisionlab.formats import Encoding, FloatFormat, IntFormat
-from precisionlab.rounding.engine import F32, Domain
+from precisionlab.formats import Encoding, FloatFormat, IntFormat, get_float_format
+from precisionlab.rounding.engine import Domain, holds_all_values
 
 
 def code_dtype(bits: int) -> type[np.unsignedinteger]:
@@ -146,8 +146,7 @@ def value_dtype(fmt: FloatFormat | IntFormat) -> type[np.floating]:
     """float32 when it holds every value of fmt, else float64."""
     if isinstance(fmt, IntFormat):
         return np.float32 if fmt.bits <= 24 else np.float64
-    fits = fmt.man_bits <= F32.man_bits and fmt.emax <= F32.emax and fmt.min_subnormal >= 2.0**-149
-    return np.float32 if fits else np.float64
+    return np.float32 if holds_all_values(fmt, get_float_format("fp32")) else np.float64
 
 
 def decode_float(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:

@@ -1,4 +1,8 @@
-"""The exact rounding engine on numpy float32 / float64 arrays.
+"""The exact rounding engine on numpy float32 / float64 arrays: bit rounding of one chunk.
+
+The other jobs of rounding sit beside it: the 2^17-entry table (`rounding.table`), integer
+targets (`rounding.integers`), and the chunked driver on the shared pool (`rounding.general`,
+`rounding.chunks`).
 
 Every value is rounded once, directly from its input precision to the target, in
 the integer bit pattern of a *compute domain* (float32 or float64; float64 whenever
@@ -48,17 +52,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from precisionlab import parallel as thread_pool
 from precisionlab.formats import FloatFormat, IntFormat, Overflow, get_float_format
-from precisionlab.rounding import chunks
-from precisionlab.rounding.modes import DIRECTED, NanPolicy, Rounding
-
-CHUNK = 1 << 16
-"""Elements per chunk: small enough that a chunk's temporaries stay in cache."""
-
-PARALLEL_MIN = chunks.PARALLEL_MIN
-"""Arrays at least this large are split over the thread pool: the threshold measured for the fast
-kernels (`chunks.PARALLEL_MIN`), so the pool never runs where it was measured to be slower."""
+from precisionlab.rounding.integers import magnitude_rounds_up, round_nonnegative_to_integer
+from precisionlab.rounding.modes import NanPolicy, Rounding, nan_error
 
 
 @dataclass(frozen=True)
@@ -117,39 +113,6 @@ def holds_all_values(fmt: FloatFormat | IntFormat, container: FloatFormat) -> bo
         and fmt.min_subnormal_exact >= container.min_subnormal_exact
     )
 
-
-# --------------------------------------------------------------------------- integer rounding
-def magnitude_rounds_up(negative: np.ndarray, rounding: Rounding) -> np.ndarray | None:
-    """For a directed mode, where it moves the magnitude away from zero: toward_positive for the
-    positive elements, toward_negative for the negative ones. None for every other mode."""
-    if rounding is Rounding.TOWARD_POSITIVE:
-        return ~negative
-    if rounding is Rounding.TOWARD_NEGATIVE:
-        return negative
-    return None
-
-
-def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.random.Generator | None,
-                                 up: np.ndarray | None = None) -> np.ndarray:
-    """Round v >= 0 (a float array) to integers (as floats) with the given mode, exactly. For the
-    directed modes `up` (from magnitude_rounds_up) says which elements take the ceiling."""
-    if rounding is Rounding.NEAREST_EVEN:
-        return np.rint(v)
-    floor = np.floor(v)
-    if rounding is Rounding.TOWARD_ZERO:
-        return floor
-    if rounding in DIRECTED:
-        if up is None:
-            raise ValueError(f"{rounding.value} needs the elements' signs")
-        return np.where(up, np.ceil(v), floor)
-    with np.errstate(invalid="ignore"):  # inf - inf: NaN, and a NaN fraction never rounds inf up
-        frac = v - floor  # exact: the fractional part of a float is representable
-    if rounding is Rounding.TO_ODD:
-        return floor + ((frac > 0) & (np.fmod(floor, 2.0) == 0))
-    if rounding is Rounding.NEAREST_AWAY:
-        return floor + (frac >= 0.5)
-    assert rng is not None
-    return floor + (rng.random(v.shape) < frac)
 
 
 # --------------------------------------------------------------------------- float targets
@@ -301,9 +264,7 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
             np.copyto(out, dom.float_dtype(0.0), where=is_nan)
             sign[is_nan] = 0
         else:
-            raise ValueError(
-                f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
-            )
+            raise nan_error(fmt.name)
 
 
 def _overflow_value(fmt: FloatFormat, overflow: Overflow, dom: Domain) -> np.floating:
@@ -313,102 +274,3 @@ def _overflow_value(fmt: FloatFormat, overflow: Overflow, dom: Domain) -> np.flo
         return dom.float_dtype(np.nan)
     return dom.float_dtype(fmt.max_finite)  # saturate; saturate_propagate for finite values
 
-
-# --------------------------------------------------------------------------- fast table path
-# For float32 input and a target of at most 8 bits, the result depends only on the top
-# 16 bits and on whether any of the low 16 bits is set: every breakpoint of the
-# target (a value or a midpoint, at most M + 1 <= 7 significant bits, inside float32's
-# exponent range) is a bf16 number. A 2^17-entry table, built once by the exact path
-# above, then rounds with four integer operations and one gather.
-TABLE_MAX_BITS = 8
-
-
-def table_applies(fmt: FloatFormat, dom: Domain, rounding: Rounding) -> bool:
-    return dom is F32 and fmt.bits <= TABLE_MAX_BITS and fmt.man_bits <= 6 and rounding is not Rounding.STOCHASTIC
-
-
-@lru_cache(maxsize=1)
-def table_representatives() -> np.ndarray:
-    """One float32 per table entry: entry i has top 16 bits i >> 1 and low bits i & 1 (read-only)."""
-    index = np.arange(1 << 17, dtype=np.uint32)
-    representatives = (((index >> 1) << 16) | (index & 1)).view(np.float32)
-    representatives.flags.writeable = False
-    return representatives
-
-
-@lru_cache(maxsize=64)
-def rounding_table(plan: FloatPlan) -> np.ndarray:
-    relaxed = FloatPlan(plan.fmt, plan.dom, plan.rounding, plan.overflow, NanPolicy.ZERO)
-    return round_float_chunk(table_representatives().copy(), relaxed, None)
-
-
-def table_index(u: np.ndarray) -> np.ndarray:
-    """(top 16 bits of float32 bits u) * 2 + (1 if any of the low 16 bits is set), in four passes:
-    (u >> 15) | min(u & 0x7FFF, 1), since bit 15, when set, is already the sticky bit."""
-    idx = u >> np.uint32(15)
-    low = u & np.uint32(0x7FFF)
-    np.minimum(low, np.uint32(1), out=low)
-    idx |= low
-    return idx
-
-
-def round_float_chunk_table(x: np.ndarray, plan: FloatPlan, table: np.ndarray) -> np.ndarray:
-    if not plan.fmt.has_nan and plan.nan is NanPolicy.RAISE and np.isnan(x).any():
-        raise ValueError(
-            f"{plan.fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0"
-        )
-    return table.take(table_index(x.view(np.uint32)))
-
-
-# --------------------------------------------------------------------------- integer targets
-def round_int_chunk(x: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanPolicy,
-                    rng: np.random.Generator | None) -> np.ndarray:
-    """Round to the integer grid with the mode, then saturate to [min_value, max_value]."""
-    is_nan = np.isnan(x)
-    if is_nan.any() and nan is NanPolicy.RAISE:
-        raise ValueError(f"{fmt.name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0")
-    magnitude = round_nonnegative_to_integer(np.abs(x), rounding, rng, magnitude_rounds_up(np.signbit(x), rounding))
-    out = np.copysign(magnitude, x)
-    np.clip(out, fmt.min_value, fmt.max_value, out=out)
-    out[is_nan] = 0
-    out += 0.0  # -0 -> +0: integers have one zero
-    return out
-
-
-# --------------------------------------------------------------------------- driver
-def map_chunks(func, flat: np.ndarray, out: np.ndarray, parallel: bool) -> None:  # type: ignore[no-untyped-def]
-    """out[i:j] = func(flat[i:j]) over cache-sized chunks, on the shared thread pool when asked and
-    the array is at least PARALLEL_MIN elements."""
-
-    def one(start: int) -> None:
-        out[start : start + CHUNK] = func(flat[start : start + CHUNK])
-
-    thread_pool.map_tasks(one, range(0, flat.size, CHUNK), parallel=parallel and flat.size >= PARALLEL_MIN)
-
-
-def round_float_array(flat: np.ndarray, plan: FloatPlan, rng: np.random.Generator | None) -> np.ndarray:
-    """Round a contiguous 1-D array already in the plan's domain dtype. One chunk or less is
-    rounded directly: no chunk loop, no pool, no closure."""
-    if table_applies(plan.fmt, plan.dom, plan.rounding):
-        table = rounding_table(plan)
-        if flat.size <= CHUNK:
-            return round_float_chunk_table(flat, plan, table)
-        out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
-        map_chunks(lambda c: round_float_chunk_table(c, plan, table), flat, out, parallel=True)
-        return out
-    if flat.size <= CHUNK:
-        return round_float_chunk(flat, plan, rng)
-    out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
-    stochastic = plan.rounding is Rounding.STOCHASTIC
-    map_chunks(lambda c: round_float_chunk(c, plan, rng), flat, out, parallel=not stochastic)
-    return out
-
-
-def round_int_array(flat: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanPolicy,
-                    rng: np.random.Generator | None) -> np.ndarray:
-    if flat.size <= CHUNK:
-        return round_int_chunk(flat, fmt, rounding, nan, rng)
-    out = np.empty(flat.shape, dtype=flat.dtype)
-    stochastic = rounding is Rounding.STOCHASTIC
-    map_chunks(lambda c: round_int_chunk(c, fmt, rounding, nan, rng), flat, out, parallel=not stochastic)
-    return out

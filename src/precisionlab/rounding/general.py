@@ -15,7 +15,10 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_float_format
 from precisionlab.rounding import engine
+from precisionlab.rounding.chunks import CHUNK, map_chunks
+from precisionlab.rounding.integers import round_int_chunk
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
+from precisionlab.rounding.table import round_float_chunk_table, table_applies, value_table
 
 FP32 = get_float_format("fp32")
 FP64 = get_float_format("fp64")
@@ -47,14 +50,14 @@ def round_flat(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str 
     if isinstance(fmt, IntFormat):
         if overflow_policy(overflow, Overflow.SATURATE) not in (Overflow.SATURATE, Overflow.SATURATE_PROPAGATE):
             raise ValueError(f"{fmt.name} has neither inf nor NaN: integers always saturate")
-        return engine.round_int_array(flat, fmt, rounding, nan, rng), None
+        return round_int_array(flat, fmt, rounding, nan, rng), None
     policy = overflow_policy(overflow, fmt.default_overflow)
     engine.check_policies(fmt, policy)
     dom = engine.compute_domain(fmt, flat.dtype)
     plan = engine.FloatPlan(fmt, dom, rounding, policy, nan)
     with np.errstate(invalid="ignore"):  # widening a signalling NaN is exact; numpy only warns
         widened = flat.astype(dom.float_dtype, copy=False)
-    return engine.round_float_array(widened, plan, rng), dom
+    return round_float_array(widened, plan, rng), dom
 
 
 def round_values(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str | Overflow | None,
@@ -62,3 +65,32 @@ def round_values(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: st
     """round_flat for a deterministic mode, in the output dtype of round_to."""
     values, _ = round_flat(flat, fmt, rounding, overflow, nan, None)
     return values.astype(output_dtype(fmt, flat.dtype), copy=False)
+
+
+def round_float_array(flat: np.ndarray, plan: engine.FloatPlan, rng: np.random.Generator | None) -> np.ndarray:
+    """Round a contiguous 1-D array already in the plan's domain dtype. One chunk or less is
+    rounded directly: no chunk loop, no pool, no closure."""
+    if table_applies(plan.fmt, plan.dom, plan.rounding):
+        table = value_table(plan)
+        if flat.size <= CHUNK:
+            return round_float_chunk_table(flat, plan, table)
+        out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
+        map_chunks(lambda c: round_float_chunk_table(c, plan, table), flat, out, parallel=True)
+        return out
+    if flat.size <= CHUNK:
+        return engine.round_float_chunk(flat, plan, rng)
+    out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
+    stochastic = plan.rounding is Rounding.STOCHASTIC
+    map_chunks(lambda c: engine.round_float_chunk(c, plan, rng), flat, out, parallel=not stochastic)
+    return out
+
+
+def round_int_array(flat: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanPolicy,
+                    rng: np.random.Generator | None) -> np.ndarray:
+    if flat.size <= CHUNK:
+        return round_int_chunk(flat, fmt, rounding, nan, rng)
+    out = np.empty(flat.shape, dtype=flat.dtype)
+    stochastic = rounding is Rounding.STOCHASTIC
+    map_chunks(lambda c: round_int_chunk(c, fmt, rounding, nan, rng), flat, out, parallel=not stochastic)
+    return out
+

@@ -54,6 +54,11 @@ class NanPolicy(Enum):
     ZERO = "zero"
 
 
+def nan_error(format_name: str) -> ValueError:
+    """The error for a NaN sent to a format without NaN under NanPolicy.RAISE: it names the format and the way out."""
+    return ValueError(f"{format_name} has no NaN and the input holds NaN; pass nan='zero' to store NaN as 0")
+
+
 _E = TypeVar("_E", bound=Enum)
 
 _ALIASES = {"rne": "nearest_even", "nearest": "nearest_even", "rna": "nearest_away", "rtz": "toward_zero",

@@ -34,8 +34,12 @@ from precisionlab.gemm.emulate import accumulate, store, tolerance
 from precisionlab.gemm.kernels.axpy import axpy
 from precisionlab.gemm.kernels.matmul import SCALE_BLOCK, matmul_dot, matmul_fma, matmul_fp8_blockscaled
 from precisionlab.gemm.variants import A_BLOCK, B_BLOCK, PROMOTE_EVERY, Variant, narrow_accumulator
+from precisionlab.rounding.arrays import TORCH_FORMATS
 
 AXPY_ALPHA = 0.5
+STORAGE_DTYPES = {name: getattr(torch, key.removeprefix("torch."))
+                  for name in ("fp32", "fp16", "bf16") for key, known in TORCH_FORMATS.items() if known == name}
+"""The 16- and 32-bit storages these benchmarks time, in the order fp32, fp16, bf16 (from rounding.arrays' map)."""
 E4M3 = torch.float8_e4m3fn
 _LOG = logging.getLogger(__name__)
 E4M3_MAX = float(torch.finfo(E4M3).max)
@@ -321,7 +325,7 @@ def gemv_rows(n: int, seed: int = 0, device: str = "cuda") -> list[GpuRow]:
     a, b = _inputs(1, n, n, seed, device)
     ref = a.double() @ b.double()
     rows = []
-    for storage, dtype in {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.items():
+    for storage, dtype in STORAGE_DTYPES.items():
         name = f"torch_gemv_{storage}"
         moved = (n + n * n) * torch.empty((), dtype=dtype).element_size() + 4 * n
         try:
@@ -352,7 +356,7 @@ def axpy_rows(n: int = 1 << 24, device: str = "cuda") -> tuple[list[GpuRow], flo
         failed_row("copy", "torch", "fp32", str(n), 0.0, 8.0 * n, exc)
         copy = math.nan
     rows = []
-    for name, dtype in {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}.items():
+    for name, dtype in STORAGE_DTYPES.items():
         moved = 3.0 * n * torch.empty((), dtype=dtype).element_size()
         x = (1.0 - torch.rand(n, device=device)).to(dtype)
         y = (1.0 - torch.rand(n, device=device)).to(dtype)

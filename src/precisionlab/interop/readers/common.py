@@ -14,16 +14,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from precisionlab.rounding.bf16 import bf16_to_float32
+
 FLOAT_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
 """safetensors float dtypes -> the names the readers report."""
 
 FP8_FORMATS = {"F8_E4M3": "e4m3", "F8_E5M2": "e5m2", "F8_E4M3FNUZ": "e4m3fnuz", "F8_E5M2FNUZ": "e5m2fnuz"}
 """safetensors FP8 dtypes -> precisionlab format names."""
-
-
-def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) -> float32 (exact: bf16 is the top half of float32)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def round_to_bf16(x: np.ndarray) -> np.ndarray:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from precisionlab.interop.checkpoint import UNKNOWN, Checkpoint, CheckpointTensor, PartRef
-from precisionlab.interop.readers.common import bf16_to_float32
 from precisionlab.interop.readers.gguf_blocks import BLOCK_FORMATS, dequantize_blocks, quantized_tensor
 from precisionlab.quant.tensor import QuantizedTensor
+from precisionlab.rounding.bf16 import bf16_to_float32
 
 GGUF_MAGIC = b"GGUF"
 FLOAT_TYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}

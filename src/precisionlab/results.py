@@ -1,4 +1,5 @@
-"""The result model every lab returns: data only, no rendering (renderers live in `report`).
+"""The records every lab returns and every layer above `results` may build: data only, no rendering
+(renderers live in `report`; this module imports nothing from precisionlab, so any layer can use it).
 
 A LabResult holds sections (each one table with a short note), figures (series of
 points described as data; `report.plots` draws them) and `findings`: the headline
@@ -92,6 +93,18 @@ class Skipped:
 
 
 @dataclass
+class Part:
+    """What one section builder of a lab returns: its tables, its figures and the findings it measured.
+
+    A lab assembles its parts in order with `LabResult.add`; no builder writes into another's findings.
+    """
+
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    findings: dict[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass
 class LabResult:
     name: str
     title: str
@@ -101,6 +114,16 @@ class LabResult:
     params: dict[str, Scalar] = field(default_factory=dict)
     summary: str = ""
     skipped: list[Skipped] = field(default_factory=list)
+
+    def add(self, part: Part) -> None:
+        """Append a part's tables and figures and take its findings, in order. ValueError when one of its
+        finding keys is already taken: two builders must not claim the same key."""
+        taken = sorted(part.findings.keys() & self.findings.keys())
+        if taken:
+            raise ValueError(f"{self.name}: findings {', '.join(taken)} are already set")
+        self.sections.extend(part.tables)
+        self.figures.extend(part.figures)
+        self.findings.update(part.findings)
 
     def skip(self, key: str, what: str, reason: str, install: str, section: str | None = None) -> None:
         """Record a part that did not run: in `skipped`, as the finding `skipped.<key>` = reason, and,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.capacity.format_choice import (
+from precisionlab.advise.format_choice import (
     ALL_FP8,
     PEAK_KEY,
     ROLE_NOTES,

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from precisionlab.capacity.format_choice import template_fields
-from precisionlab.capacity.scenario_facts import (
+from precisionlab.advise.format_choice import template_fields
+from precisionlab.advise.scenario_facts import (
     Inputs,
     custom_facts,
     fp8_portability_facts,
