@@ -127,7 +127,7 @@ KV_SCHEMES: dict[str, StorageScheme] = {
     "int8": StorageScheme("int8", "int8:g64", note="symmetric, g64 along head dim, fp16 scale"),
     "int4": StorageScheme("int4", "int4:g64:asym", note="asymmetric, g64, fp16 scale + 4-bit zero point"),
     "kivi2": StorageScheme("kivi2", "uint2:g32:min=fp16", recent_window=128,
-                    note="2-bit KIVI: g32 fp16 scale + fp16 minimum; newest 128 tokens in fp16"),
+                                   note="2-bit KIVI: g32 fp16 scale + fp16 minimum; newest 128 tokens in fp16"),
 }
 
 WEIGHT_SCHEMES: dict[str, StorageScheme] = {

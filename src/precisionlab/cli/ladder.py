@@ -95,16 +95,12 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
            target: str, progress: Any) -> tuple[Any, dict[str, Any], list[str]]:
-    from precisionlab.cli.ptq import CALIB_SEQ_LEN, warning_lines
+    from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
     from precisionlab.eval import data
-    from precisionlab.models import load_model
     from precisionlab.ptq import token_batches
     from precisionlab.ptq.ladder import ModelEvaluator, run_ladder
 
-    loaded = load_model(model, progress=progress.note)
-    if loaded.kind != "causal-lm":
-        raise ValueError(f"precisionlab ladder runs causal LMs; {loaded.name} is a {loaded.kind}")
-    progress.note(f"loaded {loaded.name} ({loaded.load_seconds:.1f} s)")
+    loaded = load_causal_lm(model, "ladder", progress)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         calibration = token_batches(loaded.tokenizer, data.calibration_documents(data.builtin_split()), calib_size,

@@ -118,6 +118,17 @@ def check_calibration(calib_docs: list[Any], task_names: list[str]) -> None:
         raise ValueError(f"--calib-data overlaps the evaluation data, refused: {exc}") from None
 
 
+def load_causal_lm(model: str, command: str, progress: Any) -> Any:
+    """The loaded model, or ValueError when it is not a causal LM (`command` names the command)."""
+    from precisionlab.models import load_model
+
+    loaded = load_model(model, progress=progress.note)
+    if loaded.kind != "causal-lm":
+        raise ValueError(f"precisionlab {command} runs causal LMs; {loaded.name} is a {loaded.kind}")
+    progress.note(f"loaded {loaded.name} ({loaded.load_seconds:.1f} s)")
+    return loaded
+
+
 def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
     from precisionlab.ptq import CalibrationWarning
 
@@ -220,13 +231,9 @@ def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, cali
          options: dict[str, Any], task_names: list[str] | None, max_drop: float, eval_size: float,
          progress: Any) -> tuple[Any, Any, list[str]]:
     from precisionlab.eval import data
-    from precisionlab.models import load_model
     from precisionlab.ptq import run_method, token_batches
 
-    loaded = load_model(model, progress=progress.note)
-    if loaded.kind != "causal-lm":
-        raise ValueError(f"precisionlab ptq runs causal LMs; {loaded.name} is a {loaded.kind}")
-    progress.note(f"loaded {loaded.name} ({loaded.load_seconds:.1f} s)")
+    loaded = load_causal_lm(model, "ptq", progress)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         calibration = token_batches(loaded.tokenizer, calib_docs, calib_size, CALIB_SEQ_LEN)

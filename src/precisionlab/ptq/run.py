@@ -197,15 +197,7 @@ def run_method(model: Any, method: str, scheme: str | None, calibration: Sequenc
 
     `calibration` and `evaluation` are token batches (LongTensor (b, t), e.g. from
     `calibration.token_batches`) of the calibration and evaluation parts of the data."""
-    name = str(method).lower()
-    if name not in METHODS:
-        raise ValueError(f"unknown PTQ method {method!r}; choose one of {', '.join(METHODS)}")
-    opts = dict(OPTIONS[name])
-    unknown = sorted(set(options or {}) - set(opts))
-    if unknown:
-        allowed = ", ".join(opts) or "none"
-        raise ValueError(f"unknown option {unknown[0]!r} for {name}; its options: {allowed}")
-    opts.update(options or {})
+    name, opts = method_options(method, options)
     if not calibration:
         raise ValueError("no calibration batches: give token batches of the calibration data")
     names = list(layers) if layers is not None else linear_names(model, blocks)
@@ -227,6 +219,13 @@ def run_method(model: Any, method: str, scheme: str | None, calibration: Sequenc
 def check_method(method: str, scheme: str | None, options: dict[str, Any] | None = None) -> str:
     """The canonical scheme text `run_method` would use, or ValueError when the method, an option or the
     scheme does not apply (checked before any model is loaded)."""
+    name, opts = method_options(method, options)
+    return _check_scheme(name, scheme, opts)
+
+
+def method_options(method: str, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(the method's name, its defaults updated by `options`), or ValueError naming an unknown method or
+    option."""
     name = str(method).lower()
     if name not in METHODS:
         raise ValueError(f"unknown PTQ method {method!r}; choose one of {', '.join(METHODS)}")
@@ -235,7 +234,7 @@ def check_method(method: str, scheme: str | None, options: dict[str, Any] | None
     if unknown:
         raise ValueError(f"unknown option {unknown[0]!r} for {name}; its options: {', '.join(opts) or 'none'}")
     opts.update(options or {})
-    return _check_scheme(name, scheme, opts)
+    return name, opts
 
 
 def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:

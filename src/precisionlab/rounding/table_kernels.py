@@ -87,8 +87,8 @@ class TableIndex:
         return out
 
 
-class Table32:
-    """float32 in: out = table[index(bits)]."""
+class TableKernel:
+    """A w-grid table and its index; the subclasses read float32 or float64 input."""
 
     def __init__(self, table: np.ndarray, nan_message: str | None, width: int = 16) -> None:
         if table.size != 1 << (33 - width):
@@ -97,6 +97,10 @@ class Table32:
         self.index = TableIndex(width)
         self.nan_message = nan_message
         """Set for a format without NaN under nan='raise': NaN input raises it."""
+
+
+class Table32(TableKernel):
+    """float32 in: out = table[index(bits)]."""
 
     def scratch(self, n: int) -> tuple[np.ndarray, ...]:
         return np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint32)
@@ -108,15 +112,8 @@ class Table32:
         self.table.take(self.index(src.view(np.uint32), index, low), out=out, mode="wrap")
 
 
-class Table64:
+class Table64(TableKernel):
     """float64 in: narrow to float32 bits, then out = table[index(bits)] (a float64 table)."""
-
-    def __init__(self, table: np.ndarray, nan_message: str | None, width: int = 16) -> None:
-        if table.size != 1 << (33 - width):
-            raise ValueError(f"a w = {width} table has {1 << (33 - width)} entries, got {table.size}")
-        self.table = table
-        self.index = TableIndex(width)
-        self.nan_message = nan_message
 
     def scratch(self, n: int) -> tuple[np.ndarray, ...]:
         return tuple(np.empty(n, dtype=np.uint32) for _ in range(3))
