@@ -201,7 +201,8 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
     settings = {"ppl_max_tokens": limits.ppl_max_tokens, "kl_top_k": scoring.KL_TOP_K,
                 "generate_new_tokens": limits.generate_new_tokens, "probe_tokens": limits.probe_tokens,
                 "n_resamples": n_resamples, "seed": seed,
-                "confidence": stats.DEFAULT_CONFIDENCE, "interval": "expanded percentile, paired bootstrap"}
+                "confidence": stats.DEFAULT_CONFIDENCE,
+                "interval": "expanded percentile, paired bootstrap; 0/1 scores: its union with Tango's score interval"}
     runs = [_reference(loaded, spec, cache, cache_dir, progress, limits) for spec in tasks]
     probe = _probe(loaded, limits.probe_tokens)
     candidate_runs: list[CandidateRun] = []

@@ -161,7 +161,7 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
     note = (f"{len(task.spec.items)} examples ({origin}); "
             f"difference = candidate - reference in {unit_label} ({_difference_rule(task)}), paired on identical "
             f"inputs; 95 % CI by paired bootstrap ({evaluation.settings['n_resamples']} resamples, seed "
-            f"{evaluation.settings['seed']}) over {_unit_rule(task)}. Verdict against --max-drop "
+            f"{evaluation.settings['seed']}) over {_unit_rule(task)}{_binary_rule(task)}. Verdict against --max-drop "
             f"{evaluation.max_drop:g} declared before the run: PASS when the whole interval is {higher} "
             f"{threshold:g}, FAIL when it is all on the other side, INCONCLUSIVE otherwise; min detectable = the "
             f"true difference found 80 % of the time at this n; needed = examples for the interval to clear the "
@@ -212,6 +212,13 @@ def _difference_rule(task: Any) -> str:
         answers = "exact_match" in task.reference_examples
         return "exact match with the file's answers" if answers else "exact match with the reference's own output"
     return f"{task.primary} in percentage points"
+
+
+def _binary_rule(task: Any) -> str:
+    if task.kind == "ppl":
+        return ""
+    return (", widened for 0/1 scores to contain Tango's score interval for paired proportions (honest with few "
+            "discordant answers: with none it is +-z^2/(n+z^2), 3.7 pp at n = 100)")
 
 
 def _unit_rule(task: Any) -> str:
