@@ -174,7 +174,7 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
     if task.kind == "choice":
         note += (" Scored as lm-evaluation-harness does: acc = argmax of the summed log-likelihood of each "
                  "continuation (the tail of context + continuation tokenized whole), acc_norm = of the sum divided "
-                 "by the choice's length in characters. b / c: examples only the reference / only the candidate got "
+                 "by the choice's length in UTF-8 bytes. b / c: examples only the reference / only the candidate got "
                  "right (McNemar's discordant pairs).")
     if task.kind == "generate":
         note += (f" Greedy decoding, {evaluation.settings['generate_new_tokens']} new tokens at most, the same "
