@@ -159,7 +159,7 @@ def binary_coverage(datasets: int, resamples: int) -> None:
         truth = 100 * (p_c - p_b)
         covered = dict.fromkeys(methods, 0.0)
         for b in range(n + 1):
-            for c in range(n + 1 - b):
+            for c in range(n + 1 - b if p_c > 0 else 1):
                 log_p = (math.lgamma(n + 1) - math.lgamma(b + 1) - math.lgamma(c + 1) - math.lgamma(n - b - c + 1)
                          + (b * math.log(p_b) if b else 0.0) + (c * math.log(p_c) if c else 0.0)
                          + (n - b - c) * math.log1p(-p_b - p_c))

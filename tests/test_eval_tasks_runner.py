@@ -124,6 +124,39 @@ def test_candidates_apply_and_undo_and_records_pair_up(tmp_path: Path) -> None:
     assert all(len(r["reference"]["loglik"]) == 4 for r in choice)
 
 
+def test_the_source_grid_caveat_measured_through_eval() -> None:
+    """SmolLM2's block linears are GGUF Q4_1. The quant library's gguf_q4_1 (llama.cpp's rule) and its grammar
+    spelling uint4:g32:min=fp16 reproduce every one of them, so eval reports them grid-aligned with zero weight
+    error and an identical model on every task; gguf_q4_0 (no minimum) does not hold that grid."""
+    from precisionlab.labs.eval import result_from_run
+
+    loaded = smollm2_slice()
+    tasks = small_tasks()
+    labels = ["gguf_q4_1", "uint4:g32:min=fp16", "gguf_q4_0"]
+    run = runner.evaluate(loaded, parse_candidates(labels), tasks, 1.0, cache=False, n_resamples=500, limits=SHORT)
+    result = result_from_run(run, {})
+    for label in labels[:2]:
+        cand = next(c for c in run.candidates if c.label == label)
+        assert cand.alignment == "aligned" and cand.quantized_layers == 4 * 7 and cand.bits_per_weight == 5.0
+        assert cand.rel_err == 0.0 and math.isinf(cand.sqnr_db) and cand.layer_output_err == 0.0
+        assert all(layer["unchanged"] for layer in cand.layers)
+        for task in run.tasks:
+            outcome = task.outcome(label)
+            assert outcome.comparisons[task.primary].interval.estimate == 0.0
+            assert outcome.per_example[task.primary if task.kind != "ppl" else "nll"] == \
+                task.reference_examples[task.primary if task.kind != "ppl" else "nll"]
+            assert result.findings[f"eval.{task.name}.{label}.grid_aligned"] is True
+            assert result.findings[f"eval.{task.name}.{label}.rel_err"] == 0.0
+        ppl = run.task("ppl").outcome(label)
+        assert ppl.metrics["kl"] == 0.0 and ppl.metrics["top1_agreement"] == 100.0
+    q4_0 = next(c for c in run.candidates if c.label == "gguf_q4_0")
+    assert q4_0.alignment == "no" and q4_0.rel_err > 0.01
+    assert result.findings["eval.ppl.gguf_q4_0.grid_aligned"] is False
+    errors = result.section("errors").records()
+    assert [r["source grid"] for r in errors] == ["aligned", "aligned", "no"]
+    assert "gguf_q4_1 (= uint4:g32:min=fp16) reproduces it" in result.section("errors").note
+
+
 def test_user_generation_file_with_answers(tmp_path: Path) -> None:
     loaded = smollm2_slice()
     from precisionlab.eval import scoring

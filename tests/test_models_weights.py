@@ -164,7 +164,7 @@ def test_smollm2_all_linears_bytes_by_arithmetic() -> None:
         floats = 4 * (49152 * 576 + 30 * 2 * 576 + 576)  # tied embedding, two norms per block, the final norm
         assert report.model_bytes == 30 * per_block + floats
         assert report.reference_bytes == loaded.nbytes
-        assert report.alignment == "no"  # no quant-library scheme holds the Q4_1 grid (its zero offset is a float)
+        assert report.alignment == "no"  # int4:g128's integer zero points do not hold the Q4_1 grid (a float minimum)
 
 
 def test_smollm2_q8_0_embedding_is_detected_as_grid_aligned() -> None:
