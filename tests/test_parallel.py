@@ -21,7 +21,11 @@ import precisionlab as pl
 from precisionlab import parallel
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LARGE = 1 << 21  # above both PARALLEL_MIN thresholds (2^20), so the work is split over threads
+LARGE = 1 << 21  # above quant's PARALLEL_MIN (2^20) and the rounding threshold the scripts below set
+ROUNDING_ON_THREADS = """
+from precisionlab.rounding import chunks, engine
+chunks.PARALLEL_MIN = engine.PARALLEL_MIN = 1 << 18  # put round_to on the pool (2^26 by default)
+"""
 CHILD_TIMEOUT_S = 60
 
 FORK_SCRIPT = """
@@ -30,9 +34,10 @@ import sys
 
 import numpy as np
 import precisionlab as pl
-
+{threads}
 x = np.random.default_rng(0).standard_normal({n}).astype(np.float32)
-expected = pl.round_to(x, "e4m3")          # starts the pool in the parent
+pl.round_to(x, "e4m3")                     # the general path
+expected = pl.round_to(x, "e4m3")          # the fast path; both start the pool in the parent
 expected_q = pl.quantize(x, "int8:g128").dequantize()
 
 def child(queue):
@@ -66,7 +71,8 @@ def _python(script: str, threads: str | None, timeout: float) -> subprocess.Comp
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_forked_child_after_large_round_to_and_quantize_finishes() -> None:
     # two threads even on a one-core runner, so the parent really starts a pool before the fork
-    done = _python(FORK_SCRIPT.format(n=LARGE, timeout=CHILD_TIMEOUT_S), threads="2", timeout=CHILD_TIMEOUT_S + 60)
+    script = FORK_SCRIPT.format(n=LARGE, timeout=CHILD_TIMEOUT_S, threads=ROUNDING_ON_THREADS)
+    done = _python(script, threads="2", timeout=CHILD_TIMEOUT_S + 60)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "child exit 0 equal True" in done.stdout
 
@@ -78,8 +84,11 @@ def test_dataloader_workers_after_large_round_to_finish() -> None:
     import numpy as np, torch
     import precisionlab as pl
     from torch.utils.data import DataLoader, Dataset
+    from precisionlab.rounding import chunks, engine
+    chunks.PARALLEL_MIN = engine.PARALLEL_MIN = 1 << 18
 
     x = np.random.default_rng(0).standard_normal({LARGE}).astype(np.float32)
+    pl.round_to(x, "bf16")
     pl.round_to(x, "bf16")
 
     class Rounded(Dataset):
@@ -128,9 +137,11 @@ def test_one_thread_starts_no_threads() -> None:
     import threading
     import numpy as np
     import precisionlab as pl
+    from precisionlab.rounding import chunks, engine
+    chunks.PARALLEL_MIN = engine.PARALLEL_MIN = 1 << 18
 
     x = np.random.default_rng(0).standard_normal({LARGE}).astype(np.float32)
-    pl.round_to(x, "e4m3"); pl.quantize(x, "int4:g128")
+    pl.round_to(x, "e4m3"); pl.round_to(x, "e4m3"); pl.quantize(x, "int4:g128")
     print("threads", sorted(t.name for t in threading.enumerate()))
     """
     one = _python(script, threads="1", timeout=120)
@@ -179,16 +190,28 @@ def test_exceptions_in_a_task_reach_the_caller(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_round_to_and_quantize_use_the_shared_helper(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = parallel.map_tasks
+    from precisionlab.rounding import chunks, engine
 
-    def counting(fn, items, parallel=True):  # type: ignore[no-untyped-def]
-        calls.append(len(items))
-        return real(fn, items, parallel=parallel)
+    calls: list[str] = []
+    real_map, real_spread = parallel.map_tasks, parallel.spread
 
-    monkeypatch.setattr(parallel, "map_tasks", counting)
+    def counting_map(fn, items, parallel=True):  # type: ignore[no-untyped-def]
+        calls.append("map_tasks")
+        return real_map(fn, items, parallel=parallel)
+
+    def counting_spread(fn):  # type: ignore[no-untyped-def]
+        calls.append("spread")
+        return real_spread(fn)
+
+    monkeypatch.setattr(parallel, "map_tasks", counting_map)
+    monkeypatch.setattr(parallel, "spread", counting_spread)
+    monkeypatch.setattr(chunks, "PARALLEL_MIN", LARGE // 2)
+    monkeypatch.setattr(engine, "PARALLEL_MIN", LARGE // 2)
     x = np.random.default_rng(1).standard_normal(LARGE).astype(np.float32)
-    pl.round_to(x, "e4m3")
-    after_round = len(calls)
+    pl.round_to(x, "e5m2", overflow="saturate")  # a key no other test has cached: the general path
+    assert calls and set(calls) == {"map_tasks"}
+    del calls[:]
+    pl.round_to(x, "e5m2", overflow="saturate")  # its cached fast kernel
+    assert calls == ["spread"]
     pl.quantize(x, "int8:row")
-    assert after_round >= 1 and len(calls) > after_round
+    assert calls[1:] and set(calls[1:]) == {"map_tasks"}

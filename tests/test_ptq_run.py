@@ -184,7 +184,7 @@ def test_too_few_tokens_for_a_layer_are_warned_with_the_number_needed(tiny) -> N
     ("gptq", "int4:g32", {"damping": 0.1}, "unknown option 'damping'"),
     ("awq", "int4:g32", {"objective": "kl"}, "objective"),
     ("smoothquant", "int8", {"alpha": 2}, "alpha"),
-    ("rtn", "int5", None, "unknown element"),
+    ("rtn", "int9", None, "unknown element"),
 ])
 def test_methods_and_schemes_that_do_not_apply_are_clear_errors(tiny, method: str, scheme: str | None,
                                                                options: dict | None, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -147,6 +147,20 @@ def test_fnuz_has_no_negative_zero() -> None:
     assert np.signbit(pl.round_to(np.array([-1e-9]), "e4m3"))[0]
 
 
+@pytest.mark.parametrize("name", ["e4m3fnuz", "e5m2fnuz"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fnuz_keeps_the_sign_of_every_nan_payload(name: str, dtype: type[np.floating]) -> None:
+    # A payload large enough to carry into the sign bit once read as -0 and lost its sign.
+    width, man = (np.uint32, 23) if dtype == np.float32 else (np.uint64, 52)
+    total = 8 * np.dtype(width).itemsize
+    exponent = ((1 << (total - 1 - man)) - 1) << man
+    mantissas = [(1 << man) - 1, (1 << man) - 12345, 1 << (man - 1), 1]
+    x = np.array([(1 << (total - 1)) | exponent | m for m in mantissas], dtype=width).view(dtype)
+    for _ in range(2):  # the general path, then the fast path
+        out = pl.round_to(x, name)
+        assert np.isnan(out).all() and np.signbit(out).all()
+
+
 def test_unsigned_formats_without_nan_saturate_below_their_smallest_value() -> None:
     # ue8m0 gives NaN for 0 and negatives; a format with no NaN code cannot, so it saturates there
     x = np.array([-3.0, -1e-9, -0.0, 0.0, 0.3, 7.0, -np.inf])

@@ -2,7 +2,8 @@
 
 numpy releases the GIL inside its loops, so independent chunks of an array run in
 parallel on threads. Every part of precisionlab that splits work (the rounding engine,
-quantize / dequantize) goes through `map_tasks`; nothing else starts threads.
+quantize / dequantize) goes through `map_tasks` (a list of tasks) or `spread` (the caller and
+the workers pulling from shared work); nothing else starts threads.
 
 Rules:
 - Worker count: the CPUs this process may run on (`os.sched_getaffinity(0)`, which
@@ -120,9 +121,41 @@ def map_tasks(fn: Callable[[T], R], items: Sequence[T], parallel: bool = True) -
     return list(pool.map(_marked(fn), items))
 
 
+def spread(fn: Callable[[], None]) -> None:
+    """Run fn() on the calling thread and, at the same time, on every other pool worker; return
+    when all have returned. fn pulls its own work (for example chunk numbers from a shared
+    `itertools.count`, whose `next` is atomic under the GIL), so a worker the operating system
+    does not schedule takes none and the call is never much slower than one thread: at worst by
+    the work item a late helper holds. The first exception raised anywhere reaches the caller.
+    Inline (fn() once) with one worker or inside a pool task."""
+    pool, workers = (None, 1) if _in_worker() else _executor()
+    if pool is None or workers < 2:
+        fn()
+        return
+    helpers = [pool.submit(_marked(lambda _: fn()), None) for _ in range(workers - 1)]
+    error: BaseException | None = None
+    try:
+        fn()
+    except BaseException as exc:
+        error = exc
+    for helper in helpers:  # wait for every helper before returning or raising
+        try:
+            helper.result()
+        except BaseException as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+
+
 def threads_available() -> bool:
     """True when map_tasks may use more than one thread."""
     return _executor()[1] > 1
 
 
-__all__ = ["THREADS_ENV", "map_tasks", "reset", "threads_available", "worker_count"]
+def pool_size() -> int:
+    """Threads map_tasks spreads work over (1: everything runs on the calling thread); 1 inside a
+    pool task, where nested work runs inline."""
+    return 1 if _in_worker() else _executor()[1]
+
+
+__all__ = ["THREADS_ENV", "map_tasks", "pool_size", "reset", "spread", "threads_available", "worker_count"]

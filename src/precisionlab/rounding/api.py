@@ -16,13 +16,14 @@ import numpy as np
 
 from precisionlab.formats import FloatFormat, Format, IntFormat, Overflow, get_float_format, get_format
 from precisionlab.rounding import codes as _codes
-from precisionlab.rounding import engine
+from precisionlab.rounding import dispatch, engine
 from precisionlab.rounding.arrays import FLOAT64_PRECISION, ODD_SAFE_PRECISION, Unpacked, is_torch_tensor, unpack
+from precisionlab.rounding.general import output_container, round_flat
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy, parse_nan, parse_rounding
 
 RngLike = np.random.Generator | int | None
 
-_FP32 = get_float_format("fp32")
+_FLOAT64 = np.dtype(np.float64)
 _TORCH_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 
@@ -30,7 +31,6 @@ def _torch_float32() -> Any:
     import torch
 
     return torch.float32
-_FP64 = get_float_format("fp64")
 
 
 def _rng(rng: RngLike, rounding: Rounding) -> np.random.Generator | None:
@@ -43,31 +43,6 @@ def _rng(rng: RngLike, rounding: Rounding) -> np.random.Generator | None:
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         return np.random.default_rng(int(rng))
     raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
-
-
-def _output_container(fmt: Format, container: FloatFormat) -> FloatFormat:
-    for candidate in (container, _FP32, _FP64):
-        if engine.holds_all_values(fmt, candidate):
-            return candidate
-    return _FP64
-
-
-def _round_flat(flat: np.ndarray, fmt: Format, rounding: Rounding, overflow: str | Overflow | None,
-                nan: NanPolicy, rng: np.random.Generator | None) -> tuple[np.ndarray, engine.Domain | None]:
-    """Round a flat float array; returns the values (float32/float64) and the domain used."""
-    if flat.dtype == np.float16:
-        flat = flat.astype(np.float32)
-    if isinstance(fmt, IntFormat):
-        if overflow_policy(overflow, Overflow.SATURATE) not in (Overflow.SATURATE, Overflow.SATURATE_PROPAGATE):
-            raise ValueError(f"{fmt.name} has neither inf nor NaN: integers always saturate")
-        return engine.round_int_array(flat, fmt, rounding, nan, rng), None
-    policy = overflow_policy(overflow, fmt.default_overflow)
-    engine.check_policies(fmt, policy)
-    dom = engine.compute_domain(fmt, flat.dtype)
-    plan = engine.FloatPlan(fmt, dom, rounding, policy, nan)
-    with np.errstate(invalid="ignore"):  # widening a signalling NaN is exact; numpy only warns
-        widened = flat.astype(dom.float_dtype, copy=False)
-    return engine.round_float_array(widened, plan, rng), dom
 
 
 def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
@@ -91,6 +66,12 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
     the identity gradient, d round(x) / dx = 1, for quantization-aware experiments; the
     output dtype is the same as without it and the gradient reaching x has x's dtype.
     """
+    kind = x.__class__
+    if (kind is np.ndarray or kind is float) and not straight_through:  # the fast path (rounding.dispatch)
+        dtype = x.dtype if kind is np.ndarray else _FLOAT64
+        kernel = dispatch.find(fmt, dtype, rounding, overflow, nan)
+        if kernel is not None:
+            return kernel(x) if kind is np.ndarray else float(kernel(np.array([x]))[0])
     target = get_format(fmt)
     mode = parse_rounding(rounding)
     if is_torch_tensor(x):
@@ -102,7 +83,10 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
         return torch_path.straight_through(x, rounded)
     if straight_through:
         raise TypeError(f"straight_through=True needs a torch tensor (gradients), got {type(x).__name__}")
-    return _round_host(x, target, mode, overflow, rng, nan)
+    result = _round_host(x, target, mode, overflow, rng, nan)
+    if kind is np.ndarray or kind is float:  # accepted: later calls with these arguments take the fast path
+        dispatch.remember(fmt, dtype, rounding, overflow, nan, target, mode, parse_nan(nan))
+    return result
 
 
 def _round_tensor(x: Any, target: Format, mode: Rounding, overflow: str | Overflow | None, rng: RngLike,
@@ -115,7 +99,7 @@ def _round_tensor(x: Any, target: Format, mode: Rounding, overflow: str | Overfl
         assert isinstance(target, FloatFormat) and policy is not None
         engine.check_policies(target, policy)
         container = get_float_format(_TORCH_NAMES[str(x.dtype)])
-        out_dtype = x.dtype if _output_container(target, container) is container else _torch_float32()
+        out_dtype = x.dtype if output_container(target, container) is container else _torch_float32()
         return torch_path.round_tensor(x, target, policy, out_dtype)
     return _round_host(x, target, mode, overflow, rng, nan)
 
@@ -124,8 +108,8 @@ def _round_host(x: Any, target: Format, mode: Rounding, overflow: str | Overflow
                 nan: str | NanPolicy) -> Any:
     """round_to through the numpy engine (tensors are copied to the host and back)."""
     src = _wide_int(unpack(x), x, target, mode)
-    values, _ = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
-    return src.rebuild(values, _output_container(target, src.container))
+    values, _ = round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
+    return src.rebuild(values, output_container(target, src.container))
 
 
 def _wide_int(src: Unpacked, x: Any, target: Format, mode: Rounding, action: str = "") -> Unpacked:
@@ -159,7 +143,7 @@ def encode(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even",
     mode = parse_rounding(rounding)
     _codes.check_nan_code(nan_code)
     src = _wide_int(unpack(x), x, target, mode)
-    values, dom = _round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
+    values, dom = round_flat(src.flat, target, mode, overflow, parse_nan(nan), _rng(rng, mode))
     if isinstance(target, IntFormat):
         flat_codes = _codes.encode_int_values(values, target)
     else:
@@ -231,7 +215,7 @@ def ulp(x: Any, fmt: str | Format) -> Any:
         exponent = np.maximum(np.where(a == 0, target.emin, exponent), target.emin)
         spacing = np.ldexp(1.0, exponent - target.man_bits)
         spacing[~np.isfinite(a)] = np.nan
-    return src.rebuild(spacing, _output_container(target, src.container))
+    return src.rebuild(spacing, output_container(target, src.container))
 
 
 def neighbours(x: float, fmt: str | Format) -> tuple[float, float]:

@@ -50,13 +50,15 @@ import numpy as np
 
 from precisionlab import parallel as thread_pool
 from precisionlab.formats import FloatFormat, IntFormat, Overflow, get_float_format
+from precisionlab.rounding import chunks
 from precisionlab.rounding.modes import DIRECTED, NanPolicy, Rounding
 
 CHUNK = 1 << 16
 """Elements per chunk: small enough that a chunk's temporaries stay in cache."""
 
-PARALLEL_MIN = 1 << 20
-"""Arrays at least this large are split over a thread pool (numpy releases the GIL)."""
+PARALLEL_MIN = chunks.PARALLEL_MIN
+"""Arrays at least this large are split over the thread pool: the threshold measured for the fast
+kernels (`chunks.PARALLEL_MIN`), so the pool never runs where it was measured to be slower."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +291,8 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
                 np.copyto(out, smallest, where=below & (mag < udt(dom.inf_bits)) & inward)
         sign[...] = 0
     elif not fmt.has_negative_zero:
-        sign[out == 0] = 0
+        # A NaN whose payload carried into the sign bit reads as -0 here; it keeps its sign.
+        sign[(out == 0) & ~is_nan] = 0
 
     if is_nan.any():
         if fmt.has_nan:
@@ -340,10 +343,10 @@ def rounding_table(plan: FloatPlan) -> np.ndarray:
 
 
 def table_index(u: np.ndarray) -> np.ndarray:
-    """(top 16 bits of float32 bits u) * 2 + (1 if any of the low 16 bits is set), in five passes."""
+    """(top 16 bits of float32 bits u) * 2 + (1 if any of the low 16 bits is set), in four passes:
+    (u >> 15) | min(u & 0x7FFF, 1), since bit 15, when set, is already the sticky bit."""
     idx = u >> np.uint32(15)
-    idx &= np.uint32(0x1FFFE)
-    low = u & np.uint32(0xFFFF)
+    low = u & np.uint32(0x7FFF)
     np.minimum(low, np.uint32(1), out=low)
     idx |= low
     return idx
@@ -374,7 +377,8 @@ def round_int_chunk(x: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanP
 
 # --------------------------------------------------------------------------- driver
 def map_chunks(func, flat: np.ndarray, out: np.ndarray, parallel: bool) -> None:  # type: ignore[no-untyped-def]
-    """out[i:j] = func(flat[i:j]) over cache-sized chunks, on the shared thread pool when asked."""
+    """out[i:j] = func(flat[i:j]) over cache-sized chunks, on the shared thread pool when asked and
+    the array is at least PARALLEL_MIN elements."""
 
     def one(start: int) -> None:
         out[start : start + CHUNK] = func(flat[start : start + CHUNK])
@@ -383,19 +387,27 @@ def map_chunks(func, flat: np.ndarray, out: np.ndarray, parallel: bool) -> None:
 
 
 def round_float_array(flat: np.ndarray, plan: FloatPlan, rng: np.random.Generator | None) -> np.ndarray:
-    """Round a contiguous 1-D array already in the plan's domain dtype."""
-    out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
+    """Round a contiguous 1-D array already in the plan's domain dtype. One chunk or less is
+    rounded directly: no chunk loop, no pool, no closure."""
     if table_applies(plan.fmt, plan.dom, plan.rounding):
         table = rounding_table(plan)
+        if flat.size <= CHUNK:
+            return round_float_chunk_table(flat, plan, table)
+        out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
         map_chunks(lambda c: round_float_chunk_table(c, plan, table), flat, out, parallel=True)
-    else:
-        stochastic = plan.rounding is Rounding.STOCHASTIC
-        map_chunks(lambda c: round_float_chunk(c, plan, rng), flat, out, parallel=not stochastic)
+        return out
+    if flat.size <= CHUNK:
+        return round_float_chunk(flat, plan, rng)
+    out = np.empty(flat.shape, dtype=plan.dom.float_dtype)
+    stochastic = plan.rounding is Rounding.STOCHASTIC
+    map_chunks(lambda c: round_float_chunk(c, plan, rng), flat, out, parallel=not stochastic)
     return out
 
 
 def round_int_array(flat: np.ndarray, fmt: IntFormat, rounding: Rounding, nan: NanPolicy,
                     rng: np.random.Generator | None) -> np.ndarray:
+    if flat.size <= CHUNK:
+        return round_int_chunk(flat, fmt, rounding, nan, rng)
     out = np.empty(flat.shape, dtype=flat.dtype)
     stochastic = rounding is Rounding.STOCHASTIC
     map_chunks(lambda c: round_int_chunk(c, fmt, rounding, nan, rng), flat, out, parallel=not stochastic)

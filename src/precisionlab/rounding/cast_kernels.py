@@ -1,0 +1,144 @@
+"""IEEE-style targets inside float32's range under nearest-even with overflow to inf: integer adds
+on float32 bits (bf16, fp16, tf32, e6m9, ...), and fp32 / fp64 by numpy's exact casts.
+
+    bf16 (float32's exponent range)   t = bits + 0x7FFF + (bit 16 of bits), low 16 bits cleared:
+                                      nearest-even on the bit pattern, the carry running into
+                                      the exponent (and to inf past bf16's largest value);
+                                      float32 subnormals are bf16 subnormals. Five passes.
+    other IEEE formats, s = 23 - M    the same add on the magnitude with 2^(s-1) - 1 + bit s;
+                                      then t > bits(max_finite) becomes inf; magnitudes below
+                                      2^emin (the target's subnormals, a uniform grid of quantum
+                                      q = 2^(emin - M)) are rounded by float32 arithmetic:
+                                      (|x| + C) - C with C = 2^(emin - M + 23), whose sum has
+                                      ulp q, so the hardware's nearest-even does the rounding and
+                                      the subtraction is exact; the sign goes back last.
+    fp32 from float64                 numpy's cast (IEEE 754 conversion: nearest-even,
+                                      subnormals, overflow to ±inf); `dispatch` checks it on
+                                      double-rounding traps before it trusts it.
+    fp32 from float32, fp64 from float64: a copy.
+
+float64 input to the integer kernels is first narrowed (`narrow`, grid mask 2^(s-1) - 1: every
+member and midpoint of the target has those float32 bits zero), so it is rounded once.
+
+NaN leaves each kernel as the engine's canonical quiet NaN with the input's sign (the integer
+add would turn some NaN payloads into inf, a cast keeps payload bits): after the pass, any NaN
+of the input is rewritten, which costs one isnan test per chunk.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from precisionlab.formats import FloatFormat
+from precisionlab.rounding.narrow import narrow
+
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+_SIGN = np.uint32(0x80000000)
+_INF = np.uint32(0x7F800000)
+_SIXTEEN = np.uint32(16)
+_ONE = np.uint32(1)
+_HALF_MINUS_ONE = np.uint32(0x7FFF)
+_TOP_HALF = np.uint32(0xFFFF0000)
+
+
+def canonical_nans(src: np.ndarray, out: np.ndarray) -> None:
+    """Where src is NaN, out becomes the quiet NaN with src's sign. One reduction finds whether
+    there is any (a maximum is NaN exactly when some element is)."""
+    if src.size and (top := np.maximum.reduce(src)) != top:
+        np.copyto(out, np.copysign(out.dtype.type(np.nan), src), where=np.isnan(src))
+
+
+def bf16_bits(bits: np.ndarray, out: np.ndarray) -> None:
+    """out (uint32) = float32 bits rounded to bf16, nearest-even (NaN aside: see the module)."""
+    np.right_shift(bits, _SIXTEEN, out=out)
+    np.bitwise_and(out, _ONE, out=out)
+    np.add(out, bits, out=out)
+    np.add(out, _HALF_MINUS_ONE, out=out)
+    np.bitwise_and(out, _TOP_HALF, out=out)
+
+
+class IeeeBits:
+    """Nearest-even to an IEEE-style format inside float32's range (as the module says), on bits."""
+
+    def __init__(self, fmt: FloatFormat) -> None:
+        self.shift = 23 - fmt.man_bits
+        self.bf16_like = fmt.emin == -126 and fmt.emax == 127 and fmt.man_bits == 7
+        self.increment = np.uint32((1 << (self.shift - 1)) - 1)
+        self.keep = np.uint32((0xFFFFFFFF >> self.shift) << self.shift)
+        self.max_bits = np.uint32(np.float32(fmt.max_finite).view(np.uint32)) if fmt.emax < 127 else None
+        self.min_normal_bits = np.uint32(np.float32(fmt.min_normal).view(np.uint32)) if fmt.emin > -126 else None
+        self.magic = np.float32(math.ldexp(1.0, fmt.emin - fmt.man_bits + 23))
+        self.grid_mask = (1 << (self.shift - 1)) - 1
+        """float32 bits that are zero in every member and midpoint of the format (for `narrow`)."""
+
+    def round_bits(self, bits: np.ndarray, out: np.ndarray, magnitude: np.ndarray | None = None) -> None:
+        """out (uint32) = bits (float32 patterns) rounded; magnitude: uint32 work space (not needed
+        for bf16-like formats)."""
+        if self.bf16_like:
+            bf16_bits(bits, out)
+            return
+        assert magnitude is not None
+        np.bitwise_and(bits, _MAGNITUDE, out=magnitude)
+        np.right_shift(magnitude, np.uint32(self.shift), out=out)
+        np.bitwise_and(out, _ONE, out=out)
+        np.add(out, self.increment, out=out)
+        np.add(out, magnitude, out=out)
+        np.bitwise_and(out, self.keep, out=out)
+        if self.max_bits is not None:
+            np.copyto(out, _INF, where=out > self.max_bits)
+        if self.min_normal_bits is not None:
+            small = np.flatnonzero(magnitude < self.min_normal_bits)
+            if small.size:
+                tiny = magnitude[small].view(np.float32)
+                out[small] = ((tiny + self.magic) - self.magic).view(np.uint32)
+        np.bitwise_and(bits, _SIGN, out=magnitude)
+        np.bitwise_or(out, magnitude, out=out)
+
+
+class IeeeFrom32:
+    def __init__(self, rounder: IeeeBits) -> None:
+        self.rounder = rounder
+
+    def scratch(self, n: int) -> tuple[np.ndarray, ...]:
+        return () if self.rounder.bf16_like else (np.empty(n, dtype=np.uint32),)
+
+    def run(self, src: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, ...]) -> None:
+        self.rounder.round_bits(src.view(np.uint32), out.view(np.uint32), *scratch)
+        canonical_nans(src, out)
+
+
+class IeeeFrom64:
+    def __init__(self, rounder: IeeeBits) -> None:
+        self.rounder = rounder
+
+    def scratch(self, n: int) -> tuple[np.ndarray, ...]:
+        return tuple(np.empty(n, dtype=np.uint32) for _ in range(3))
+
+    def run(self, src: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, ...]) -> None:
+        bits, rounded, work = scratch
+        with np.errstate(over="ignore", invalid="ignore"):  # casts past float32, signalling NaNs
+            narrow(src, bits, self.rounder.grid_mask, work)
+        self.rounder.round_bits(bits, rounded, work)
+        np.copyto(out, rounded.view(np.float32))
+        canonical_nans(src, out)
+
+
+class CastThrough:
+    """out = float(dtype(src)): one exact numpy cast to `via` and back (via None: a copy)."""
+
+    def __init__(self, via: type[np.floating] | None) -> None:
+        self.via = via
+
+    def scratch(self, n: int) -> tuple[np.ndarray, ...]:
+        return () if self.via is None else (np.empty(n, dtype=self.via),)
+
+    def run(self, src: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, ...]) -> None:
+        if self.via is None:
+            np.copyto(out, src)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.copyto(scratch[0], src, casting="same_kind")
+            np.copyto(out, scratch[0])
+        canonical_nans(src, out)
