@@ -124,6 +124,36 @@ def test_candidates_apply_and_undo_and_records_pair_up(tmp_path: Path) -> None:
     assert all(len(r["reference"]["loglik"]) == 4 for r in choice)
 
 
+def test_a_candidate_holds_the_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a candidate is scored, its quantized weights sit in the model's own storage and the originals wait on
+    disk (they were kept in memory beside them: a second copy of the selected weights, 3.07x the fp32 model at
+    the peak); the layer-output error still sees the originals, and the model comes back bit for bit."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    loaded = smollm2_slice()
+    params = dict(loaded.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    pointers = {n: p.data_ptr() for n, p in params.items()}
+    seen: list[tuple[str, int, bool, int]] = []
+
+    class Inspect(Counting):
+        def start(self, description: str, total: int) -> None:
+            if description.startswith("int4"):
+                moved = sum(p.data_ptr() != pointers[n] for n, p in params.items())
+                name = "model.layers.0.mlp.down_proj.weight"
+                spilled = len(list(tmp_path.glob("precisionlab-originals-*/*.safetensors")))
+                seen.append((description, moved, not torch.equal(params[name], before[name]), spilled))
+
+    run = runner.evaluate(loaded, parse_candidates(["int4"]), small_tasks()[:1], 1.0, cache=False,
+                          n_resamples=500, limits=SHORT, progress=Inspect())
+    assert seen == [("int4: ppl", 0, True, 4 * 7)]  # in place, quantized, every block linear's original on disk
+    assert run.candidates[0].layer_output_err > 0.05  # measured against the originals read back from disk
+    for name, p in params.items():
+        assert p.data_ptr() == pointers[name] and torch.equal(p, before[name]), name
+    assert not list(tmp_path.glob("precisionlab-originals-*"))  # the spill directory is removed
+
+
 def test_the_source_grid_caveat_measured_through_eval() -> None:
     """SmolLM2's block linears are GGUF Q4_1. The quant library's gguf_q4_1 (llama.cpp's rule) and its grammar
     spelling uint4:g32:min=fp16 reproduce every one of them, so eval reports them grid-aligned with zero weight
