@@ -162,7 +162,7 @@ def test_the_source_grid_caveat_measured_through_eval() -> None:
 
     loaded = smollm2_slice()
     tasks = small_tasks()
-    labels = ["gguf_q4_1", "uint4:g32:min=fp16", "gguf_q4_0"]
+    labels = ["gguf_q4_1", "uint4:g32:min=fp16", "gguf_q4_0", "int4:g128"]
     run = runner.evaluate(loaded, parse_candidates(labels), tasks, 1.0, cache=False, n_resamples=500, limits=SHORT)
     result = result_from_run(run, {})
     for label in labels[:2]:
@@ -183,7 +183,13 @@ def test_the_source_grid_caveat_measured_through_eval() -> None:
     assert q4_0.alignment == "no" and q4_0.rel_err > 0.01
     assert result.findings["eval.ppl.gguf_q4_0.grid_aligned"] is False
     errors = result.section("errors").records()
-    assert [r["source grid"] for r in errors] == ["aligned", "aligned", "no"]
+    assert [r["source grid"] for r in errors] == ["aligned", "aligned", "no", "no"]
+    for task in run.tasks:  # every comparison says it: the task tables carry the column too
+        records = result.section(task.name).records()
+        assert [r["source grid"] for r in records] == [None, "aligned", "aligned", "no", "no"]
+    int4 = next(c for c in run.candidates if c.label == "int4:g128")
+    assert int4.alignment == "no" and not any(layer["unchanged"] for layer in int4.layers)
+    assert result.findings["eval.choice.int4:g128.grid_aligned"] is False
     assert "gguf_q4_1 (= uint4:g32:min=fp16) reproduces it" in result.section("errors").note
 
 

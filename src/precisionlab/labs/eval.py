@@ -105,12 +105,12 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
                   "generate": ["token agreement %", "McNemar p"],
                   "retrieval": ["cosine", "cosine CI low", "McNemar p"]}[task.kind]
     columns = ["scheme", "bits/weight", "model MB", metric, f"difference ({unit_label})", "CI low", "CI high",
-               "verdict", "n", "min detectable", "needed", *extra_cols]
+               "verdict", "n", "min detectable", "needed", *extra_cols, "source grid"]
     ref_bytes = evaluation.model["bytes"]
     ref_metric = task.reference[primary]
     ref_extra = _reference_extras(task)
     rows: list[list[Scalar]] = [["reference", _reference_bits(evaluation), ref_bytes / 1e6, ref_metric, None, None,
-                                 None, None, len(task.spec.items), None, None, *ref_extra]]
+                                 None, None, len(task.spec.items), None, None, *ref_extra, None]]
     base = f"eval.{task.name}"
     findings[f"{base}.reference.{primary}"] = ref_metric
     for key, value in task.reference.items():
@@ -125,7 +125,7 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
         extras = _extras(task, outcome)
         rows.append([outcome.candidate, _bits(cand), cand.model_bytes / 1e6, outcome.metrics[primary],
                      comparison.interval.estimate, low, high, comparison.verdict.upper(), comparison.interval.n,
-                     comparison.min_detectable, comparison.examples_needed, *extras])
+                     comparison.min_detectable, comparison.examples_needed, *extras, cand.alignment])
         key = f"{base}.{outcome.candidate}"
         findings[f"{key}.{primary}"] = outcome.metrics[primary]
         findings[f"{key}.difference"] = comparison.interval.estimate
@@ -179,6 +179,8 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
     if task.kind == "generate":
         note += (f" Greedy decoding, {evaluation.settings['generate_new_tokens']} new tokens at most, the same "
                  "batches for both models.")
+    note += (" source grid: 'aligned' when the scheme reproduced every quantized weight of the source (its grid "
+             "already holds them: the comparison measures nothing), 'partly (k/N layers)', or 'no'.")
     if evaluation.model.get("grid_note"):
         note += " Caveat: the source weights are already quantized (see the errors table's note)."
     return Table(key=task.name, title=f"{task.name}: {metric} of {evaluation.model['name']}", columns=columns,
