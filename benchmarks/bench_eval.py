@@ -32,7 +32,7 @@ SCHEMES = ["int8:row", "int4:g128", "nvfp4", "mxfp4"]
 
 
 def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux: KiB; MB = 10^6 bytes, as the model's
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux: KiB; MB of 10^6 bytes
 
 
 def main() -> None:
