@@ -16,8 +16,9 @@ its interval against bits per weight.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ LAB_SCHEMES = ("int8:row", "int4")
 """The registered lab's pair: one that should pass and one (per-tensor int4) that should fail."""
 LAB_SIZE = 0.2
 """The registered lab's data size (a fifth of the default sets: 8 documents, 20 choice examples, 13 retrieval pairs)."""
+LAB_THREADS = 1
+"""torch threads while the registered lab runs (set, then restored). One thread keeps the lab inside its 2-minute
+budget on a 2-core machine (about 90 CPU-seconds, measured under load); torch's own default of one thread per core
+ran it 3-5x slower, and over 10 minutes, whenever anything else used the machine."""
 METRIC_LABELS = {"ppl": "ppl", "acc": "acc %", "exact_match": "exact match %", "acc@1": "acc@1 %"}
 UNIT_LABELS = {"%": "% increase", "pp": "pp"}
 ENABLE = ("pip install torch==2.13.0 'precisionlab[models]' and the packaged models with "
@@ -334,8 +339,10 @@ def missing_requirements() -> tuple[str, str]:
     return "", ""
 
 
-def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_drop: float = 1.0) -> LabResult:
-    """Every installed packaged model at a small size (or a skipped report saying how to enable it)."""
+def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_drop: float = 1.0,
+            threads: int | None = LAB_THREADS) -> LabResult:
+    """Every installed packaged model at a small size (or a skipped report saying how to enable it), with
+    `threads` torch threads (None: torch's own choice; the setting is restored afterwards)."""
     from precisionlab.models.packaged import installed_packaged
 
     missing, install = missing_requirements()
@@ -354,11 +361,13 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
         installed.remove("smollm2-135m")
     plans = [("smollm2-135m", ("ppl", "choice")), ("minilm-l6", ("retrieval",))]
     results = []
-    for model, tasks in plans:
-        if model in installed:
-            results.append(run(model, schemes, tasks, max_drop=max_drop, size=size,
-                               command=f"precisionlab eval --model {model} --schemes {','.join(schemes)} "
-                                       f"--tasks {','.join(tasks)} --max-drop {max_drop:g} --size {size:g}"))
+    with _torch_threads(threads):
+        for model, tasks in plans:
+            if model in installed:
+                results.append(run(model, schemes, tasks, max_drop=max_drop, size=size,
+                                   command=f"precisionlab eval --model {model} --schemes {','.join(schemes)} "
+                                           f"--tasks {','.join(tasks)} --max-drop {max_drop:g} --size {size:g}"
+                                           + (f" --threads {threads}" if threads else "")))
     merged = results[0]
     for extra in results[1:]:
         for table in extra.sections:
@@ -372,6 +381,23 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
                      "schemes": ",".join(schemes), "max_drop": max_drop,
                      "commands": " ; ".join(str(r.params["command"]) for r in results)}
     return merged
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """torch.set_num_threads(threads) for the block, restored afterwards (None: leave torch's choice)."""
+    if threads is None:
+        yield
+        return
+    from precisionlab.models import peers
+
+    torch = peers.torch()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 LAB = Lab(name="eval", title="Task-level evaluation on real models", run=lab_run, order=60, quick={"size": 0.1})
