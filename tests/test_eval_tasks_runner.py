@@ -128,9 +128,7 @@ def test_a_candidate_holds_the_model_once(tmp_path: Path, monkeypatch: pytest.Mo
     """While a candidate is scored, its quantized weights sit in the model's own storage and the originals wait on
     disk (they were kept in memory beside them: a second copy of the selected weights, 3.07x the fp32 model at
     the peak); the layer-output error still sees the originals, and the model comes back bit for bit."""
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(tmp_path))  # the spill goes under the cache root, on disk
     loaded = smollm2_slice()
     params = dict(loaded.model.named_parameters())
     before = {n: p.detach().clone() for n, p in params.items()}
@@ -142,7 +140,7 @@ def test_a_candidate_holds_the_model_once(tmp_path: Path, monkeypatch: pytest.Mo
             if description.startswith("int4"):
                 moved = sum(p.data_ptr() != pointers[n] for n, p in params.items())
                 name = "model.layers.0.mlp.down_proj.weight"
-                spilled = len(list(tmp_path.glob("precisionlab-originals-*/*.safetensors")))
+                spilled = len(list(tmp_path.glob("spill/precisionlab-originals-*/*.safetensors")))
                 seen.append((description, moved, not torch.equal(params[name], before[name]), spilled))
 
     run = runner.evaluate(loaded, parse_candidates(["int4"]), small_tasks()[:1], 1.0, cache=False,
@@ -151,7 +149,16 @@ def test_a_candidate_holds_the_model_once(tmp_path: Path, monkeypatch: pytest.Mo
     assert run.candidates[0].layer_output_err > 0.05  # measured against the originals read back from disk
     for name, p in params.items():
         assert p.data_ptr() == pointers[name] and torch.equal(p, before[name]), name
-    assert not list(tmp_path.glob("precisionlab-originals-*"))  # the spill directory is removed
+    assert not list(tmp_path.glob("spill/*"))  # the spill directory is removed
+
+
+def test_the_spill_falls_back_to_the_temporary_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache root's directory would go")
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(blocked))
+    assert runner.spill_parent() is None
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(tmp_path / "fine"))
+    assert runner.spill_parent() == str(tmp_path / "fine" / "spill")
 
 
 def test_the_source_grid_caveat_measured_through_eval() -> None:

@@ -19,7 +19,7 @@ units (topics for the built-in sets, every example of a user file on its own):
 
 Memory: the model once. While a candidate is applied its selected weights hold the dequantized
 values in their own storage and the originals wait on disk (models.weights' `spill_dir`, a
-temporary directory removed afterwards), read back one layer at a time for the layer-output
+temporary directory under the cache root, removed afterwards), read back one layer at a time for the layer-output
 error and all at once to restore the model; beside it, one batch of logits (PPL_TOKEN_BUDGET
 tokens × vocabulary floats). Keeping the originals in memory instead cost a second copy of the
 selected weights (0.43 GB for SmolLM2's block linears): a peak of 3.25× the fp32 model, now 2.45×.
@@ -262,7 +262,7 @@ def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
     from precisionlab.models.hooks import SchemeKV, activation_quantization, quantized_cache
     from precisionlab.models.weights import quantize_weights
 
-    with tempfile.TemporaryDirectory(prefix="precisionlab-originals-") as spill:
+    with tempfile.TemporaryDirectory(prefix="precisionlab-originals-", dir=spill_parent()) as spill:
         report = (quantize_weights(loaded.model, candidate.weights, include, exclude, spill_dir=Path(spill))
                   if candidate.weights else None)
         try:
@@ -279,6 +279,22 @@ def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
         finally:
             if report is not None:
                 report.restore()
+
+
+def spill_parent() -> str | None:
+    """Where a candidate's original weights wait: under the cache root (on disk, where the models' caches are:
+    /tmp may be a tmpfs, which would hold them in memory after all), or the system's temporary directory when
+    the cache root cannot be written."""
+    from precisionlab.models.loading import cache_root
+
+    root = cache_root() / "spill"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError:
+        return None
+    return str(root)
 
 
 def _layer_dict(record: Any, output_err: float | None) -> dict[str, Any]:
