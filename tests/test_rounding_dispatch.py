@@ -17,8 +17,8 @@ import pytest
 
 import precisionlab as pl
 from precisionlab import parallel
-from precisionlab.formats import FloatFormat, Overflow, list_formats
-from precisionlab.rounding import chunks, dispatch, general
+from precisionlab.formats import FloatFormat, Overflow, list_formats, p3109_formats
+from precisionlab.rounding import chunks, dispatch, general, table_kernels
 from precisionlab.rounding.breakpoints import candidates
 from precisionlab.rounding.modes import NanPolicy, Rounding
 
@@ -26,7 +26,7 @@ from .reference import ref_format
 
 NAMES = [f.name for f in list_formats()] + ["e6m9", "e4m3ieee", "e4m3b126", "e3m4", "ue4m3", "e5m10b20", "e8m10",
                                             "binary8p3se", "binary8p4sf", "binary8p3uf", "binary8p1ue", "binary8p8ue",
-                                            "binary6p3se", "binary4p2uf"]
+                                            "binary8p1uf", "binary8p8uf", "binary8p7se", "binary6p3se", "binary4p2uf"]
 MODES = ["nearest_even", "nearest_away", "toward_zero", "toward_positive", "toward_negative", "to_odd"]
 SIZES = [7, 300, 5000, chunks.CHUNK + 123]  # the search, the search or one chunk, one chunk, two chunks
 
@@ -84,7 +84,8 @@ def test_the_fast_path_gives_the_general_paths_bits(name: str) -> None:
                     assert np.array_equal(bits(got), bits(expected)), (dtype.__name__, mode, overflow, nan, n)
 
 
-@pytest.mark.parametrize("name", ["e4m3", "e5m2", "e4m3fnuz", "e2m1", "e3m2", "ue8m0", "int4", "bf16", "fp16"])
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "e4m3fnuz", "e2m1", "e3m2", "ue8m0", "int4", "bf16", "fp16",
+                                  "binary8p1ue", "binary8p8ue", "binary8p8uf"])
 def test_float64_input_at_every_breakpoint_rounds_once(name: str) -> None:
     # A float64 one ulp (or 2^-30 relative) beside a midpoint must not be rounded through float32:
     # the expected values come from exact rational arithmetic.
@@ -114,7 +115,9 @@ def test_float64_input_at_every_breakpoint_rounds_once(name: str) -> None:
 @pytest.mark.parametrize("name, small, chunk", [
     ("e4m3", "SearchTable", "Table"), ("e2m1", "SearchTable", "Table"), ("ue8m0", "SearchTable", "Table"),
     ("int4", "SearchTable", "Table"), ("bf16", "SearchTable", "IeeeFrom"), ("fp16", "SearchTable", "IeeeFrom"),
-    ("tf32", None, "IeeeFrom"), ("fp32", None, "CastThrough"), ("int8", "SearchTable", None)])
+    ("tf32", None, "IeeeFrom"), ("fp32", None, "CastThrough"),
+    ("int8", "SearchTable", "Table"), ("uint8", "SearchTable", "Table"),  # midpoints such as 254.5: the finer grid
+    ("binary8p1ue", "SearchTable", "Table"), ("binary8p8ue", "SearchTable", "Table")])
 def test_the_fast_kernels_are_built(name: str, small: str | None, chunk: str | None) -> None:
     # The build checks each kernel against the general path and drops one that differs; the fast
     # paths the benchmarks time must survive that check.
@@ -124,6 +127,72 @@ def test_the_fast_kernels_are_built(name: str, small: str | None, chunk: str | N
         assert kernel is not None
         assert type(kernel.small).__name__ == small if small else kernel.small is None
         assert type(kernel.chunk).__name__.startswith(chunk) if chunk else kernel.chunk is None
+
+
+P3109_8BIT = [f.name for f in p3109_formats(8)]
+
+
+@pytest.mark.parametrize("name", P3109_8BIT)
+def test_every_8bit_p3109_format_takes_the_table_in_every_deterministic_mode(name: str) -> None:
+    # binary8p8 (7 trailing significand bits: midpoints with 9 significant bits) needs the finer
+    # grid; binary8p1u's smallest value 2^-127 is a float32 subnormal, which the table holds.
+    fmt = pl.get_format(name)
+    for dtype in (np.float32, np.float64):
+        for mode in MODES:
+            for overflow in (None, "saturate"):
+                pl.round_to(np.ones(2, dtype=dtype), name, mode, overflow)
+                kernel = dispatch.find(name, np.dtype(dtype), mode, overflow, "raise")
+                assert kernel is not None and type(kernel.small).__name__ == "SearchTable"
+                assert type(kernel.chunk).__name__ == ("Table32" if dtype == np.float32 else "Table64")
+                assert kernel.chunk.index.width == (15 if fmt.man_bits == 7 else 16), (mode, overflow)
+
+
+@pytest.mark.parametrize("name", ["binary8p8ue", "binary8p8uf", "binary8p1ue", "binary8p1uf"])
+@pytest.mark.parametrize("mode", MODES)
+def test_p3109_extremes_against_exact_rationals_beside_every_breakpoint(name: str, mode: str) -> None:
+    # Every breakpoint candidate, its float32 / float64 neighbours and points 2^-30 (relative)
+    # either side, through the search (<= 256 elements) and the table (a chunk): expected values
+    # from exact rational rounding (tests.reference), NaN and the sign of zero included.
+    fmt = pl.get_format(name)
+    found = candidates(fmt)
+    assert found is not None
+    cuts = found[np.isfinite(found)]
+    ref = ref_format(fmt)
+    for dtype in (np.float32, np.float64):
+        near = cuts.astype(dtype)
+        x = np.concatenate([near, np.nextafter(near, dtype(np.inf)), np.nextafter(near, dtype(-np.inf)),
+                            (cuts * (1 + 2.0**-30)).astype(dtype), (cuts * (1 - 2.0**-30)).astype(dtype),
+                            np.array([np.inf, -np.inf, np.nan], dtype=dtype)])
+        expected = np.array([ref.round(float(v), mode) for v in x])
+        for part in (x[:200], np.tile(x, 1 + chunks.CHUNK // x.size)):
+            pl.round_to(part[:3], name, mode)
+            got = pl.round_to(part, name, mode)
+            want = np.tile(expected, 1 + chunks.CHUNK // x.size)[: part.size]
+            assert np.array_equal(np.isnan(got), np.isnan(want)), (dtype, part.size)
+            finite = ~np.isnan(want)
+            assert np.array_equal(got[finite], want[finite]), (dtype, part.size)
+            assert np.array_equal(np.signbit(got[finite]), np.signbit(want[finite])), (dtype, part.size)
+
+
+def test_table_grids_and_their_representatives() -> None:
+    # bf16 numbers (low 16 bits zero) pick the 2^17-entry table, one bit more the 2^18-entry one;
+    # entry i stands for the float32 patterns whose top bits are i >> 1, itself (i even) or above
+    # it (i odd): checked against values written out by hand.
+    assert table_kernels.grid_width(np.array([1.0, 1.5, 2.0**-133, -3.0])) == 16
+    assert table_kernels.grid_width(np.array([1.0, 1.0 + 2.0**-8])) == 15
+    assert table_kernels.grid_width(np.array([1.0 + 2.0**-9])) is None
+    assert table_kernels.grid_width(np.array([0.1])) is None
+    for width in table_kernels.GRID_WIDTHS:
+        rep = table_kernels.representatives(width)
+        assert rep.size == 1 << (33 - width) and rep.dtype == np.float32
+        one = 0x3F800000 >> (width - 1)  # the entry of 1.0
+        assert rep[one] == 1.0 and rep[one + 1] == np.nextafter(np.float32(1), np.float32(2))
+        assert rep[one + 2] == 1.0 + 2.0 ** (width - 23)
+        index = table_kernels.TableIndex(width)
+        probe = np.array([1.0, np.nextafter(np.float32(1), np.float32(2)), 1.0 + 2.0 ** (width - 23), -0.0],
+                         dtype=np.float32)
+        got = index(probe.view(np.uint32), np.empty(4, np.uint32), np.empty(4, np.uint32))
+        assert got.tolist() == [one, one + 1, one + 2, 0x80000000 >> (width - 1)]
 
 
 @pytest.mark.parametrize("name", ["e4m3", "e2m1", "bf16", "fp16", "e6m9"])
@@ -163,6 +232,31 @@ def test_bf16_and_fp16_kernels_match_ml_dtypes_and_numpy() -> None:
             with np.errstate(over="ignore"):
                 expected = part.astype(peer).astype(np.float32)
             assert np.array_equal(bits(pl.round_to(part, name)), bits(expected)), (name, size)
+
+
+def test_bf16_and_fp16_small_arrays_take_the_direct_kernels() -> None:
+    # Above the search and up to DIRECT_MAX, a 1-D float32 array goes straight to the integer
+    # kernel (bf16) or numpy's float16 casts (fp16); expected: the general path's bits (NaN
+    # payloads of both signs become the canonical NaN with their sign) and, NaN aside, ml_dtypes.
+    for name, dtype, direct in (("bf16", np.float32, True), ("bf16", np.float64, False), ("fp16", np.float32, True),
+                                ("fp16", np.float64, False), ("e4m3", np.float32, False)):
+        pl.round_to(np.ones(2, dtype=dtype), name)
+        kernel = dispatch.find(name, np.dtype(dtype), "nearest_even", None, "raise")
+        assert kernel is not None and (kernel.direct is not None) == direct, (name, dtype)
+    kernel = dispatch.find("bf16", np.dtype(np.float32), "nearest_even", None, "raise")
+    assert kernel is not None and kernel.small_max == dispatch.DIRECT_SEARCH_MAX
+    x = sample(np.float32, 3 * chunks.CHUNK, seed=9)
+    for name in ("bf16", "fp16"):
+        for part in (x[:dispatch.DIRECT_SEARCH_MAX + 1], x[:1000], x[:2048], x[:2049], x[::3], x[: chunks.CHUNK],
+                     x[: chunks.CHUNK + 1]):
+            got = pl.round_to(part, name)
+            expected = general_path(np.ascontiguousarray(part), name, "nearest_even", None, "raise")
+            assert np.array_equal(bits(got), bits(expected)), (name, part.size)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    finite = x[~np.isnan(x)][:1000]
+    with np.errstate(over="ignore"):
+        expected = finite.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(bits(pl.round_to(finite, "bf16")), bits(expected))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -4,11 +4,10 @@ fewer (the registered ones and the whole P3109 family of widths 2 to 8), against
 
 Marked slow: `python3 -m pytest -m slow tests/test_rounding_exhaustive.py`. The ml_dtypes sweep takes
 minutes; the exact sweep is 3 x 2^32 roundings per format, 130 formats: 3-6 minutes for binary8p3se,
-e4m3 and binary4p2uf (the table path) and 13-14 for binary8p1ue and binary8p8ue (the exact path:
-binary8p1ue's 2^-127 is a float32 subnormal, binary8p8ue has 7 mantissa bits) on the shared, loaded
-2-core machine, so the whole sweep is hours there; `-k binary8p3se` picks one format. NaN inputs to
-formats without NaN and ue8m0's lowest binade are the documented differences from ml_dtypes
-(tests/test_rounding_peers.py), left out there.
+e4m3 and binary4p2uf on the shared, loaded 2-core machine (every format here takes the table path,
+binary8p8ue / binary8p8uf its finer 2^18-entry grid), so the whole sweep is hours there;
+`-k binary8p3se` picks one format. NaN inputs to formats without NaN and ue8m0's lowest binade are
+the documented differences from ml_dtypes (tests/test_rounding_peers.py), left out there.
 """
 
 from __future__ import annotations

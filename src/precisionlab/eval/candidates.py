@@ -9,12 +9,18 @@
 Parts are joined by "+" (scheme strings never contain it); `none` leaves the weights alone.
 The label is the canonical spelling (each scheme as `str(parse_scheme(...))`), so two spellings
 of one candidate share their findings keys.
+
+A prepared candidate (`Candidate(weights, name=..., prepare=...)`, built in Python, not parsed) replaces
+the weights by its own rule: `prepare(model, include, exclude)` writes them into the model and returns a
+`models.weights.QuantizationReport` whose `restore()` puts the originals back (a PTQ method's weights,
+the ladder's outlier-column step). `weights` then names the grid it quantizes to, `name` is its label.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
 from precisionlab.quant import parse_scheme
 
@@ -24,9 +30,15 @@ class Candidate:
     weights: str | None
     act: str | None = None
     kv: str | None = None
+    name: str | None = None
+    """The label of a prepared candidate (default: built from the parts)."""
+    prepare: Callable[[Any, Any, Any], Any] | None = field(default=None, compare=False, repr=False)
+    """prepare(model, include, exclude) -> QuantizationReport: installs its own weights (see the module)."""
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         parts = [self.weights or "none"]
         if self.act:
             parts.append(f"act={self.act}")

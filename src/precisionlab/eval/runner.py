@@ -263,8 +263,11 @@ def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
     from precisionlab.models.weights import quantize_weights
 
     with tempfile.TemporaryDirectory(prefix="precisionlab-originals-", dir=spill_parent()) as spill:
-        report = (quantize_weights(loaded.model, candidate.weights, include, exclude, spill_dir=Path(spill))
-                  if candidate.weights else None)
+        if candidate.prepare is not None:  # a prepared candidate installs its own weights (eval.candidates)
+            report = candidate.prepare(loaded.model, include, exclude)
+        else:
+            report = (quantize_weights(loaded.model, candidate.weights, include, exclude, spill_dir=Path(spill))
+                      if candidate.weights else None)
         try:
             with contextlib.ExitStack() as stack:
                 act_layers = 0

@@ -10,7 +10,9 @@ layer by layer against round-to-nearest, over the quant library's schemes.
 Modules, one job each: `activations` (running input statistics, layer-output error),
 `calibration` (token batches, forward-hook capture), `structure` (blocks, linear layers, scale
 groups and folding), `grid` (a scheme's grid column by column), `gptq`, `awq`, `smoothquant`,
-`llm_int8`, `kivi`, `measure` (time and peak memory), `run` (one method over a model).
+`llm_int8`, `kivi`, `measure` (time and peak memory), `run` (one method over a model), `install`
+(a method's weights installed reversibly as an evaluation candidate, with honest bytes), `ladder`
+(the escalation ladder: steps, stop rule, the real evaluator).
 
 Importing this package imports numpy only; torch (and transformers, for KIVI's cache) are
 imported inside the functions that need them.

@@ -224,6 +224,20 @@ def run_method(model: Any, method: str, scheme: str | None, calibration: Sequenc
     return result
 
 
+def check_method(method: str, scheme: str | None, options: dict[str, Any] | None = None) -> str:
+    """The canonical scheme text `run_method` would use, or ValueError when the method, an option or the
+    scheme does not apply (checked before any model is loaded)."""
+    name = str(method).lower()
+    if name not in METHODS:
+        raise ValueError(f"unknown PTQ method {method!r}; choose one of {', '.join(METHODS)}")
+    opts = dict(OPTIONS[name])
+    unknown = sorted(set(options or {}) - set(opts))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {name}; its options: {', '.join(opts) or 'none'}")
+    opts.update(options or {})
+    return _check_scheme(name, scheme, opts)
+
+
 def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:
     """The canonical scheme text, or ValueError when the method does not apply to it."""
     if method == "kivi":

@@ -4,7 +4,9 @@ on float32 bits (bf16, fp16, tf32, e6m9, ...), and fp32 / fp64 by numpy's exact 
     bf16 (float32's exponent range)   t = bits + 0x7FFF + (bit 16 of bits), low 16 bits cleared:
                                       nearest-even on the bit pattern, the carry running into
                                       the exponent (and to inf past bf16's largest value);
-                                      float32 subnormals are bf16 subnormals. Five passes.
+                                      float32 subnormals are bf16 subnormals. Five passes
+                                      (`bf16_array`: the same on a small array, without the
+                                      chunk driver's layers).
     other IEEE formats, s = 23 - M    the same add on the magnitude with 2^(s-1) - 1 + bit s;
                                       then t > bits(max_finite) becomes inf; magnitudes below
                                       2^emin (the target's subnormals, a uniform grid of quantum
@@ -50,13 +52,37 @@ def canonical_nans(src: np.ndarray, out: np.ndarray) -> None:
         np.copyto(out, np.copysign(out.dtype.type(np.nan), src), where=np.isnan(src))
 
 
-def bf16_bits(bits: np.ndarray, out: np.ndarray) -> None:
-    """out (uint32) = float32 bits rounded to bf16, nearest-even (NaN aside: see the module)."""
-    np.right_shift(bits, _SIXTEEN, out=out)
-    np.bitwise_and(out, _ONE, out=out)
-    np.add(out, bits, out=out)
-    np.add(out, _HALF_MINUS_ONE, out=out)
-    np.bitwise_and(out, _TOP_HALF, out=out)
+def bf16_bits(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out (uint32; a new array when None) = float32 bits rounded to bf16, nearest-even (NaN
+    aside: see the module). Five in-place passes, the output arguments positional (a keyword
+    costs numpy a dictionary per call, which shows on small arrays)."""
+    out = np.right_shift(bits, _SIXTEEN, out)
+    np.bitwise_and(out, _ONE, out)
+    np.add(out, bits, out)
+    np.add(out, _HALF_MINUS_ONE, out)
+    np.bitwise_and(out, _TOP_HALF, out)
+    return out
+
+
+def bf16_array(x: np.ndarray) -> np.ndarray:
+    """A 1-D float32 array (any stride) rounded to bf16 as a new float32 array: `bf16_bits` on
+    x's bits, allocating its output in the first pass, then the NaN rule of the module. The small-
+    array form of IeeeFrom32 for bf16 (no chunk, no scratch, no copy of x)."""
+    out = bf16_bits(x.view(np.uint32)).view(np.float32)
+    canonical_nans(x, out)
+    return out
+
+
+def fp16_array(x: np.ndarray) -> np.ndarray:
+    """A 1-D float32 array rounded to fp16 as a new float32 array, by numpy's own casts (IEEE 754
+    conversion: nearest-even, subnormals, overflow to ±inf; the way back is exact), then the NaN
+    rule of the module. Two C loops where `IeeeBits` needs about ten passes: faster up to a few
+    thousand elements, slower above (numpy's float16 cast is not vectorised), so `dispatch` uses
+    it only for small arrays."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the rounding's; NaN payloads
+        out = x.astype(np.float16).astype(np.float32)
+    canonical_nans(x, out)
+    return out
 
 
 class IeeeBits:

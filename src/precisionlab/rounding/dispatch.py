@@ -12,9 +12,15 @@ Kernels, each bit-identical to the general path (NaN sign and payload included) 
 against it when built, on inputs chosen where a shortcut would show:
 
     up to SEARCH_MAX elements   formats of at most 16 bits: `search` (one binary search and one
-                                gather on the caller's array: no copy, no chunks, no threads)
+                                gather on the caller's array: no copy, no chunks, no threads);
+                                DIRECT_SEARCH_MAX where a kernel has a direct form
+    1-D, up to DIRECT_MAX       bf16 and fp16 from float32: `cast_kernels.bf16_array` (the
+                                integer kernel on the caller's array, allocating only its
+                                output), `cast_kernels.fp16_array` (numpy's float16 casts)
     larger arrays               `table_kernels` (formats of at most 8 bits whose breakpoints are
-                                bf16 numbers, float32 or float64 input), `cast_kernels` (IEEE-style
+                                float32 numbers with their low 16 or 15 bits zero: the registered
+                                ones inside float32's range and the whole P3109 binary8 family;
+                                float32 or float64 input), `cast_kernels` (IEEE-style
                                 formats inside float32's range, bf16 and fp16 among them, under
                                 nearest-even with overflow to inf; fp32 and fp64), run by `chunks`
     anything else               the general path (already chunked)
@@ -31,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat, Overflow, get_float_format
-from precisionlab.rounding import breakpoints, engine, general, search
-from precisionlab.rounding.cast_kernels import CastThrough, IeeeBits, IeeeFrom32, IeeeFrom64
+from precisionlab.rounding import breakpoints, general, search, table_kernels
+from precisionlab.rounding.cast_kernels import CastThrough, IeeeBits, IeeeFrom32, IeeeFrom64, bf16_array, fp16_array
 from precisionlab.rounding.chunks import CHUNK, ChunkKernel, run_chunked
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
 from precisionlab.rounding.search import Reference, SearchTable
@@ -55,18 +61,34 @@ _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
 _FP32 = get_float_format("fp32").defining_fields
 _FP64 = get_float_format("fp64").defining_fields
+_FP16 = get_float_format("fp16").defining_fields
+
+
+DIRECT_SEARCH_MAX = 128
+"""Where a kernel has a direct form (bf16 and fp16 from float32), arrays up to this size still use
+the binary search. Measured on the 2-core machine under load (alternated calls): bf16's search over
+its ~2^17 steps beat the five integer passes below about 150 elements and lost above."""
+
+DIRECT_MAX = {"bf16": CHUNK, "fp16": 2048}
+"""Largest 1-D array the direct form takes (above it the chunk kernel runs). fp16's direct form is
+numpy's float16 cast, which was slower than the integer kernel from about 3000 elements (4000:
+19 against 16 microseconds; 1000: 7 against 13), measured under load."""
 
 
 class ArrayKernel:
     """round_to for numpy arrays of one dtype under one (format, mode, policies)."""
 
     def __init__(self, out_dtype: np.dtype, small: SearchTable | None, small_max: int, chunk: ChunkKernel | None,
-                 fallback: Reference) -> None:
+                 fallback: Reference, direct: Reference | None = None, direct_max: int = 0) -> None:
         self.out_dtype = out_dtype
         self.small = small
         self.small_max = small_max
         self.chunk = chunk
         self.fallback = fallback
+        self.direct = direct
+        """The chunk kernel's own form for a 1-D array of up to direct_max elements (a new
+        output array, no scratch, no copy), where it has one."""
+        self.direct_max = direct_max
         self.holds: tuple[Any, ...] = ()
         """The key's objects, kept alive so that their ids stay theirs."""
 
@@ -74,6 +96,9 @@ class ArrayKernel:
         small = self.small
         if small is not None and x.size <= self.small_max and x.ndim:
             return small(x)
+        direct = self.direct
+        if direct is not None and x.ndim == 1 and x.size <= self.direct_max:
+            return direct(x)
         flat = x if x.ndim == 1 and x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
         if self.chunk is None:
             return self.fallback(flat).reshape(x.shape)
@@ -134,21 +159,45 @@ def _build(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflo
     small = search.build(found, dtype.type, reference, message) if found is not None else None
     out_dtype = general.output_dtype(fmt, dtype)
     chunk = _chunk_kernel(fmt, dtype, mode, overflow, nan, found, out_dtype, message)
-    if chunk is not None and not _reproduces(chunk, dtype, out_dtype, reference, found):
+    if chunk is not None and not _reproduces(partial(_run, chunk, out_dtype), dtype, out_dtype, reference, found):
         chunk = None
-    return ArrayKernel(out_dtype, small, SEARCH_MAX[dtype], chunk, reference)
+    direct, direct_max = _direct_kernel(fmt, chunk)
+    if direct is not None and not _reproduces(direct, dtype, out_dtype, reference, found):
+        direct = None
+    small_max = SEARCH_MAX[dtype] if direct is None else min(SEARCH_MAX[dtype], DIRECT_SEARCH_MAX)
+    return ArrayKernel(out_dtype, small, small_max, chunk, reference, direct, direct_max)
+
+
+def _direct_kernel(fmt: Format, chunk: ChunkKernel | None) -> tuple[Reference | None, int]:
+    """The small-array form of a chunk kernel (bf16 and fp16 from float32) and the largest size it
+    takes, or (None, 0)."""
+    if not isinstance(chunk, IeeeFrom32):
+        return None, 0
+    if chunk.rounder.bf16_like:
+        return bf16_array, DIRECT_MAX["bf16"]
+    if isinstance(fmt, FloatFormat) and fmt.defining_fields == _FP16:
+        return fp16_array, DIRECT_MAX["fp16"]
+    return None, 0
+
+
+def _run(kernel: ChunkKernel, out_dtype: np.dtype, x: np.ndarray) -> np.ndarray:
+    """A chunk kernel on one whole 1-D array (for checking it)."""
+    out = np.empty(x.size, dtype=out_dtype)
+    kernel.run(x, out, kernel.scratch(x.size))
+    return out
 
 
 def _chunk_kernel(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflow | None, nan: NanPolicy,
                   found: np.ndarray | None, out_dtype: np.dtype, message: str) -> ChunkKernel | None:
     # float32 input reaches only the candidates inside float32's range; float64 input reaches all
     steps = breakpoints.reachable(found, np.float32) if found is not None and dtype == _FLOAT32 else found
-    if fmt.bits <= 8 and steps is not None and breakpoints.all_bf16(steps):
-        relaxed = general.round_values(engine.table_representatives(), fmt, mode, overflow, NanPolicy.ZERO)
-        table = relaxed.astype(out_dtype)
+    width = table_kernels.grid_width(steps) if fmt.bits <= 8 and steps is not None else None
+    if width is not None:
+        representatives = table_kernels.representatives(width)
+        table = general.round_values(representatives, fmt, mode, overflow, NanPolicy.ZERO).astype(out_dtype)
         table.flags.writeable = False
         raises = message if not fmt.has_nan and nan is NanPolicy.RAISE else None
-        return Table32(table, raises) if dtype == _FLOAT32 else Table64(table, raises)
+        return Table32(table, raises, width) if dtype == _FLOAT32 else Table64(table, raises, width)
     if isinstance(fmt, IntFormat):
         return None
     policy = overflow_policy(overflow, fmt.default_overflow)
@@ -174,17 +223,19 @@ def _ieee_inside_float32(fmt: FloatFormat) -> bool:
             and fmt.emax <= 127 and fmt.emin >= -126)
 
 
-def _reproduces(kernel: ChunkKernel, dtype: np.dtype, out_dtype: np.dtype, reference: Reference,
+def _reproduces(kernel: Reference, dtype: np.dtype, out_dtype: np.dtype, reference: Reference,
                 found: np.ndarray | None) -> bool:
-    """Whether the kernel gives the general path's bits on probes where a shortcut would differ."""
+    """Whether the kernel (on a 1-D array) gives the general path's bits on probes where a
+    shortcut would differ."""
     probes = _probes(dtype, found)
     try:
         expected = reference(probes)
     except ValueError:  # NaN into a format without NaN: probe without NaN
         probes = probes[~np.isnan(probes)]
         expected = reference(probes)
-    got = np.empty(probes.size, dtype=out_dtype)
-    kernel.run(probes, got, kernel.scratch(probes.size))
+    got = kernel(probes)
+    if got.dtype != out_dtype:
+        return False
     width = np.uint64 if out_dtype.itemsize == 8 else np.uint32
     return bool(np.array_equal(got.view(width), expected.view(width)))
 

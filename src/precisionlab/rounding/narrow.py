@@ -4,12 +4,14 @@ A float32 kernel sees only float32 bits. For float64 input, first take y = fl32(
 round-to-nearest cast: monotone, overflow to ±inf, subnormals kept). Rounding is monotone, so
 for every float32 number b, x < b implies y <= b: y can only *land on* a breakpoint b (y == b
 while x != b), never cross one. The breakpoints of the targets here are float32 numbers whose
-low k bits are zero (k = 16 for formats of at most 8 bits, whose breakpoints are bf16 numbers; k
-= 23 - M - 1 for an IEEE format with M mantissa bits, whose midpoints carry one bit more than
-its members: 15 for bf16, 12 for fp16). So where y's low k bits (the grid mask; a smaller mask
-than needed only looks at more values) are zero and x != y, y is moved one float32 step toward x
-(integer ±1 on the magnitude bits): it then lies strictly between the same two breakpoints as x,
-and every rounding of it to such a target equals the single rounding of x. This is the only
+low k bits are zero (k = 16 or 15 for the table kernels' formats of at most 8 bits, whose
+breakpoints lie on those grids; k = 23 - M - 1 for an IEEE format with M mantissa bits, whose
+midpoints carry one bit more than its members: 15 for bf16, 12 for fp16). So where y's bits
+under the grid mask are zero (the low k bits, or fewer: a smaller mask only looks at more values,
+and a landed value off the grid, moved one step, stays between the same two grid numbers; the
+table kernels pass the low k - 1 bits, which their index reuses) and x != y, y is moved one
+float32 step toward x (integer ±1 on the magnitude bits): it then lies strictly between the same
+two breakpoints as x, and every rounding of it to such a target equals the single rounding of x. This is the only
 double rounding a cast can introduce, and the step removes it.
 
 Cases: an overflow (y = ±inf, x finite) steps to ±max_float32; an underflow to ±0 steps to the
@@ -21,12 +23,6 @@ looked at again, and only the inexact ones among them are moved.
 from __future__ import annotations
 
 import numpy as np
-
-GRID_MASK_8BIT = 0x7FFF
-"""For formats of at most 8 bits, whose breakpoints are bf16 numbers (low 16 bits zero): the low
-15 bits. A landed value with bit 15 set is no breakpoint, but moving it one step keeps it between
-the same two bf16 numbers, so the wider test is harmless; it lets `table_kernels` reuse the
-masked bits for its index."""
 
 
 def narrow(x: np.ndarray, out: np.ndarray, grid_mask: int, low: np.ndarray) -> None:

@@ -1,0 +1,292 @@
+"""`precisionlab ptq`: one post-training quantization method on a real model, measured layer by layer against
+round-to-nearest, then (weight-only methods) evaluated at task level against the float model.
+
+    precisionlab ptq --model smollm2-135m --method gptq --scheme int4:g128 --blocks 0,1 \\
+        [--calib-data builtin|FILE] [--calib-size 2048] [--set damp=0.02] [--eval-tasks ppl] [--max-drop 1.0] \\
+        [--eval-size 0.25] [--no-eval] [--save OUT.safetensors] [--json] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import shlex
+import warnings
+from pathlib import Path
+from typing import Any
+
+import click
+
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options
+from precisionlab.labs.result import Scalar
+
+METHOD_NAMES = ("rtn", "gptq", "awq", "smoothquant", "llm_int8", "kivi")
+CALIB_SEQ_LEN = 512
+HELD_OUT_TOKENS = 1024
+
+
+def parse_blocks(text: str | None) -> list[int] | None:
+    """'0,1,5' or '0-3' -> [0, 1, 5] / [0, 1, 2, 3]; None when not given. ValueError on anything else."""
+    if text is None:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, dash, hi = part.partition("-")
+        try:
+            values = range(int(lo), int(hi) + 1) if dash else [int(lo)]
+        except ValueError:
+            raise ValueError(f"--blocks: expected block numbers like 0,1 or 0-3, got {text!r}") from None
+        if any(v < 0 for v in values) or (dash and int(hi) < int(lo)):
+            raise ValueError(f"--blocks: expected non-negative block numbers like 0,1 or 0-3, got {text!r}")
+        out.extend(values)
+    if not out:
+        raise ValueError(f"--blocks: no block given in {text!r}")
+    return sorted(set(out))
+
+
+def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE pairs: numbers, true/false/none, else the text."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--set: expected KEY=VALUE, got {pair!r}")
+        text = value.strip()
+        lowered = text.lower()
+        parsed: Any
+        if lowered in ("true", "false"):
+            parsed = lowered == "true"
+        elif lowered == "none":
+            parsed = None
+        else:
+            try:
+                parsed = int(text)
+            except ValueError:
+                try:
+                    parsed = float(text)
+                except ValueError:
+                    parsed = text
+        options[key.strip()] = parsed
+    return options
+
+
+def calibration_documents(calib_data: str) -> list[Any]:
+    """The calibration documents: the built-in calibration part, or a text / JSONL ({"text": ...}) file."""
+    from precisionlab.eval import data
+
+    if calib_data == "builtin":
+        return data.calibration_documents(data.builtin_split())
+    path = Path(calib_data).expanduser()
+    if not path.is_file():
+        raise ValueError(f"--calib-data: no such file: {calib_data} (give 'builtin' or a text / .jsonl file)")
+    kind, items = data.load_task_file(path)
+    if kind != "ppl":
+        raise ValueError(f"--calib-data {path}: a {kind} file; calibration needs text (a text file or .jsonl lines "
+                         '{"text": ...})')
+    return list(items)
+
+
+def evaluation_documents(task_names: list[str]) -> list[Any]:
+    """Everything the evaluation may read, as documents for the overlap check: the built-in evaluation part
+    and every user task file (choice contexts and choices, prompts and answers, texts)."""
+    from precisionlab.eval import data
+
+    docs: list[Any] = list(data.builtin_split().evaluation)
+    for name in task_names:
+        if name in ("ppl", "choice", "generate", "retrieval"):
+            continue
+        _, items = data.load_task_file(name)
+        source = str(Path(name).expanduser().resolve())
+        for item in items:
+            if isinstance(item, data.Document):
+                docs.append(item)
+                continue
+            parts = [getattr(item, f, None) for f in ("text", "context", "prompt", "answer")]
+            parts += list(getattr(item, "choices", ()))
+            docs.append(data.Document(id=item.id, text="\n\n".join(p for p in parts if p), source=source))
+    return docs
+
+
+def check_calibration(calib_docs: list[Any], task_names: list[str]) -> None:
+    """ValueError (one line) when the calibration data overlaps anything the evaluation reads."""
+    from precisionlab.eval.data import check_no_overlap
+
+    try:
+        check_no_overlap(calib_docs, evaluation_documents(task_names))
+    except ValueError as exc:
+        raise ValueError(f"--calib-data overlaps the evaluation data, refused: {exc}") from None
+
+
+def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
+    from precisionlab.ptq import CalibrationWarning
+
+    return [str(w.message) for w in caught if issubclass(w.category, CalibrationWarning)]
+
+
+@click.command("ptq")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True,
+              help="A packaged name (smollm2-135m), a Hugging Face directory or a .gguf file.")
+@click.option("--method", required=True, type=click.Choice(METHOD_NAMES, case_sensitive=False),
+              help="The PTQ method.")
+@click.option("--scheme", "-s", default=None,
+              help="A quant scheme (int4:g128, int8, e4m3:row ...); llm_int8 is fixed at int8:row, kivi takes "
+                   "int2 / int4.")
+@click.option("--blocks", default=None, help="Transformer blocks to quantize, e.g. 0,1 or 0-3 (default: all).")
+@click.option("--calib-data", default="builtin", show_default=True,
+              help="'builtin' (the calibration part of the built-in data) or a text / .jsonl file; refused when "
+                   "it overlaps the evaluation data.")
+@click.option("--calib-size", type=int, default=2048, show_default=True, help="Calibration tokens.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A method option (gptq: damp, act_order, static_groups, block_size; awq: n_grid, clip, "
+                   "duo_scaling; smoothquant: alpha, act_scheme; llm_int8: threshold; kivi: residual, group, "
+                   "prefill, max_kl). Repeatable.")
+@click.option("--eval-tasks", multiple=True,
+              help="Tasks of the task-level evaluation (ppl, choice, generate, or a file), comma-separated or "
+                   "repeated. Default: ppl.")
+@click.option("--max-drop", type=float, default=1.0, show_default=True,
+              help="Threshold of the task-level verdicts, declared before the run (percent for perplexity, "
+                   "points for accuracy).")
+@click.option("--eval-size", type=float, default=0.25, show_default=True,
+              help="Multiplier of the built-in evaluation sets (0.25: 10 perplexity documents).")
+@click.option("--no-eval", is_flag=True, help="Skip the task-level evaluation (layer-level numbers only).")
+@click.option("--save", "save_path", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
+              help="Write the quantized weights as a tagged precisionlab .safetensors file (rtn, gptq, awq).")
+@click.option("--threads", type=int, default=None, help="torch threads (default: torch's own choice).")
+@lab_output_options
+def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, calib_data: str, calib_size: int,
+            settings: tuple[str, ...], eval_tasks: tuple[str, ...], max_drop: float, eval_size: float,
+            no_eval: bool, save_path: Path | None, threads: int | None, as_json: bool, out_dir: Path | None) -> None:
+    """One PTQ method, layer by layer against RTN, then task-level evaluation of the quantized model."""
+    from precisionlab.cli.eval import StepProgress, _split
+    from precisionlab.eval.data import task_sizes
+    from precisionlab.eval.runner import check_max_drop
+    from precisionlab.eval.tasks import check_task_names
+    from precisionlab.ptq.run import WEIGHT_ONLY, check_method
+
+    method = method.lower()
+    options = parse_options(settings)
+    canonical = check_method(method, scheme, options)  # before anything loads
+    block_ids = parse_blocks(blocks)
+    if calib_size < 1:
+        raise ValueError(f"--calib-size must be a positive number of tokens, got {calib_size}")
+    check_max_drop(max_drop)
+    task_sizes(eval_size)
+    task_names = _split(eval_tasks) or ["ppl"]
+    check_task_names(task_names)
+    if save_path is not None:
+        if save_path.suffix != ".safetensors":
+            raise ValueError(f"--save: the file must end in .safetensors, got {save_path.name}")
+        if method not in WEIGHT_ONLY:
+            raise ValueError(f"--save writes weights; {method} also quantizes activations or the KV cache at run "
+                             "time (save rtn, gptq or awq)")
+    calib_docs = calibration_documents(calib_data)
+    if calib_data != "builtin":
+        check_calibration(calib_docs, task_names)
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be a positive integer, got {threads}")
+        from precisionlab.models import peers
+
+        peers.torch().set_num_threads(threads)
+    evaluate_tasks = not no_eval and method in WEIGHT_ONLY
+    with StepProgress() as progress:
+        result, evaluation, lines = _run(model, method, canonical, block_ids, calib_docs, calib_size, options,
+                                         task_names if evaluate_tasks else None, max_drop, eval_size, progress)
+        if save_path is not None:
+            save_weights(result, save_path, progress)
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+    eval_note = ""
+    if no_eval:
+        eval_note = "skipped (--no-eval)"
+    elif method not in WEIGHT_ONLY:
+        eval_note = (f"not run: {method} quantizes activations or the KV cache at run time, which the evaluation "
+                     "cannot install yet; its layer-level numbers are above" + (" and its KL on long text in the "
+                                                                                "summary" if method == "kivi" else ""))
+    params: dict[str, Scalar] = {"model": model, "method": method, "scheme": canonical, "blocks": blocks or "all",
+              "calib_data": calib_data, "calib_size": calib_size, "options": ",".join(settings),
+              "eval_tasks": ",".join(task_names) if evaluate_tasks else "", "max_drop": float(max_drop),
+              "eval_size": float(eval_size), "command": _command(model, method, canonical, blocks, calib_data,
+                                                                 calib_size, settings)}
+    from precisionlab.labs.ptq import ptq_lab
+
+    emit(ptq_lab(result, params, evaluation, lines, eval_note), as_json, out_dir, findings=False)
+    if save_path is not None and not as_json:
+        click.echo(f"wrote {save_path} ({len(result.quantized)} quantized layers)")
+
+
+def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, calib_docs: list[Any], calib_size: int,
+         options: dict[str, Any], task_names: list[str] | None, max_drop: float, eval_size: float,
+         progress: Any) -> tuple[Any, Any, list[str]]:
+    from precisionlab.eval import data
+    from precisionlab.models import load_model
+    from precisionlab.ptq import run_method, token_batches
+
+    loaded = load_model(model, progress=progress.note)
+    if loaded.kind != "causal-lm":
+        raise ValueError(f"precisionlab ptq runs causal LMs; {loaded.name} is a {loaded.kind}")
+    progress.note(f"loaded {loaded.name} ({loaded.load_seconds:.1f} s)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibration = token_batches(loaded.tokenizer, calib_docs, calib_size, CALIB_SEQ_LEN)
+        held_out = token_batches(loaded.tokenizer, data.ppl_documents(data.builtin_split(), 40),
+                                 HELD_OUT_TOKENS, CALIB_SEQ_LEN)
+
+        def tick(step: str, done: int, total: int) -> None:
+            if step not in ("calibration", "evaluation"):
+                progress.note(f"{method}: {step} ({done}/{total})") if done == total else None
+
+        result = run_method(loaded.model, method, scheme, calibration, evaluation=held_out, blocks=block_ids,
+                            options=options, progress=tick)
+    lines = warning_lines(caught)
+    evaluation = None
+    if task_names is not None:
+        evaluation = evaluate_result(loaded, result, block_ids, task_names, max_drop, eval_size, progress)
+    return result, evaluation, lines
+
+
+def evaluate_result(loaded: Any, result: Any, block_ids: list[int] | None, task_names: list[str], max_drop: float,
+                    eval_size: float, progress: Any = None) -> Any:
+    """The PTQ'd model and RTN of the same scheme on the same layers, each paired against the float model."""
+    from precisionlab.eval.candidates import Candidate
+    from precisionlab.eval.runner import evaluate
+    from precisionlab.eval.tasks import resolve_tasks
+    from precisionlab.ptq.install import ptq_candidate
+    from precisionlab.ptq.structure import blocks as model_blocks
+
+    specs = resolve_tasks(task_names, loaded.kind, size=eval_size)
+    prefix, all_blocks = model_blocks(loaded.model)
+    chosen = block_ids if block_ids is not None else range(len(all_blocks))
+    include = [f"{prefix}.{b}.*" for b in chosen]
+    candidates = [ptq_candidate(result)]
+    if result.method != "rtn":
+        candidates.append(Candidate(result.scheme, name=f"rtn:{result.scheme}"))
+    return evaluate(loaded, candidates, specs, max_drop, include, None, progress=progress)
+
+
+def save_weights(result: Any, path: Path, progress: Any = None) -> None:
+    """result.quantized as a tagged safetensors file (quant.safetensors_io). AWQ's quantized weights are in the
+    folded coordinates: the norm weights and previous rows the scales fold into are written beside them, unquantized
+    (PassThrough, reason 'folded AWQ scales')."""
+    from precisionlab.quant.safetensors_io import PassThrough, save_quantized
+
+    passthrough: dict[str, PassThrough] = {}
+    for group, scales in result.folds:
+        passthrough[f"{group.prev}.awq_scales"] = PassThrough(
+            "F64", scales.astype("float64"),
+            f"folded AWQ scales: {group.prev} is divided by them, {', '.join(group.layers)} multiplied")
+    save_quantized(path, dict(result.quantized), passthrough)
+    if progress is not None:
+        progress.note(f"saved {len(result.quantized)} layers to {path}")
+
+
+def _command(model: str, method: str, scheme: str, blocks: str | None, calib_data: str, calib_size: int,
+             settings: tuple[str, ...]) -> str:
+    parts = ["precisionlab", "ptq", "--model", model, "--method", method, "--scheme", scheme]
+    if blocks:
+        parts += ["--blocks", blocks]
+    parts += ["--calib-data", calib_data, "--calib-size", str(calib_size)]
+    for s in settings:
+        parts += ["--set", s]
+    return " ".join(shlex.quote(p) for p in parts)
