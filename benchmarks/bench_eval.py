@@ -11,7 +11,8 @@
    both and their ratio (target >= 0.9: the quantized forward does no per-call work).
 3. The same forward with W8A8-style activation quantization (per-token int8 on every linear's
    input): the cost of per-call work, for comparison.
-4. Peak resident memory with a candidate applied over the fp32 model's bytes (the eval runner's bound: 3x).
+4. Peak resident memory with a candidate applied as the eval runner applies it (the originals spilled to
+   a temporary directory, the model held once), over the fp32 model's bytes (the bound: 3x).
 
 Times are printed, never asserted; on a shared machine they are noisy (best of --repeat, the two
 forwards interleaved).
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import resource
+import tempfile
 import time
+from pathlib import Path
 
 from _timing import timed
 
@@ -29,7 +32,7 @@ SCHEMES = ["int8:row", "int4:g128", "nvfp4", "mxfp4"]
 
 
 def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux: KiB; MB of 10^6 bytes
 
 
 def main() -> None:
@@ -75,9 +78,9 @@ def main() -> None:
 
     tokens = batch.numel()
     forward(model)
-    with quantized_weights(model, "int4:g128"):
+    with tempfile.TemporaryDirectory() as spill, quantized_weights(model, "int4:g128", spill_dir=Path(spill)):
         forward(model)
-        alone = rss_mb() - before_load  # the model, its quantized weights and their originals, one forward
+        alone = rss_mb() - before_load  # the model (its quantized weights in place; originals on disk), one forward
         plain = transformers.AutoModelForCausalLM.from_config(model.config).eval()
         missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
         plain.tie_weights()
@@ -106,7 +109,8 @@ def main() -> None:
         forward(model)
     print(f"\nquantize + one forward + restore: {time.perf_counter() - start:.2f} s")
     print(f"peak resident memory above the interpreter with one candidate applied: {alone:.0f} MB = "
-          f"{alone * 1e6 / loaded.nbytes:.2f}x the fp32 model (before the plain copy for the comparison)")
+          f"{alone * 1e6 / loaded.nbytes:.2f}x the fp32 model; with the interpreter {rss_mb():.0f} MB at the end "
+          f"(the plain copy for the comparison included); a whole eval run: /usr/bin/time -v precisionlab eval ...")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ their intervals are calibrated.
 
     python3 benchmarks/bench_eval_stats.py [--repeat 3 --units 1000]
     python3 benchmarks/bench_eval_stats.py --coverage [--datasets 2000 --resamples 1000]
+    python3 benchmarks/bench_eval_stats.py --binary [--datasets 1000 --resamples 1000]
 
   mean difference   paired_bootstrap_mean of --units 0/1 pairs, 10,000 resamples, percentile
                       peer: scipy.stats.bootstrap(paired=True, vectorized, percentile)
@@ -14,7 +15,10 @@ their intervals are calibrated.
 
 The intervals come from different random resamples, so "agree" means: both endpoints within 5 %
 of the interval's width. --coverage simulates datasets with a known true difference and prints
-how often each interval method covers it (the table in docs/eval_statistics.md). Nothing is
+how often each interval method covers it (the table in docs/eval_statistics.md). --binary does
+the same for 0/1 scores: the bootstrap alone, Tango's score interval alone and their union (the
+default), exactly (every (b, c) enumerated with its multinomial probability: the intervals depend
+on b, c and n only) for independent examples, by simulation for examples in topics. Nothing is
 asserted.
 """
 
@@ -127,16 +131,89 @@ def coverage(datasets: int, resamples: int) -> None:
         print(f"{label:44s} " + " ".join(f"{100 * hits[m] / datasets:9.1f}%" for m in methods), flush=True)
 
 
+def _counts_to_scores(b: int, c: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    ref = np.zeros(n)
+    cand = np.zeros(n)
+    ref[:b] = 1.0
+    cand[b : b + c] = 1.0
+    return ref, cand
+
+
+def _binary_intervals(ref: np.ndarray, cand: np.ndarray, resamples: int, seed: int,
+                      groups: np.ndarray | None = None) -> dict[str, tuple[float, float]]:
+    boot = stats.paired_bootstrap_mean(ref, cand, resamples, seed=seed, groups=groups, score_interval=False)
+    union = stats.paired_bootstrap_mean(ref, cand, resamples, seed=seed, groups=groups)
+    lost = int(np.sum((ref == 1) & (cand == 0)))
+    gained = int(np.sum((ref == 0) & (cand == 1)))
+    low, high = stats.tango_interval(lost, gained, len(ref))
+    return {"bootstrap": (boot.low, boot.high), "tango": (100 * low, 100 * high), "union": (union.low, union.high)}
+
+
+def binary_coverage(datasets: int, resamples: int) -> None:
+    methods = ("bootstrap", "tango", "union")
+    print("0/1 scores, independent examples: exact coverage of the 95 % interval (every (b, c) weighted by its "
+          f"multinomial probability; bootstrap with {resamples} resamples)")
+    print(f"{'scenario':44s} " + " ".join(f"{m:>10s}" for m in methods))
+    for n, p_b, p_c in [(100, 0.10, 0.05), (100, 0.04, 0.02), (100, 0.02, 0.01), (100, 0.01, 0.005),
+                        (64, 0.03, 0.0), (200, 0.02, 0.01), (400, 0.01, 0.005), (100, 0.15, 0.15)]:
+        truth = 100 * (p_c - p_b)
+        covered = dict.fromkeys(methods, 0.0)
+        for b in range(n + 1):
+            for c in range(n + 1 - b if p_c > 0 else 1):
+                log_p = (math.lgamma(n + 1) - math.lgamma(b + 1) - math.lgamma(c + 1) - math.lgamma(n - b - c + 1)
+                         + (b * math.log(p_b) if b else 0.0) + (c * math.log(p_c) if c else 0.0)
+                         + (n - b - c) * math.log1p(-p_b - p_c))
+                if log_p < -25:
+                    continue
+                for m, (low, high) in _binary_intervals(*_counts_to_scores(b, c, n), resamples, b * 1000 + c).items():
+                    covered[m] += math.exp(log_p) * (low <= truth <= high)
+        label = f"n={n}, lost {100 * p_b:g} % gained {100 * p_c:g} %"
+        print(f"{label:44s} " + " ".join(f"{100 * covered[m]:9.1f}%" for m in methods), flush=True)
+    sizes = [1] * 4 + [2] * 4 + [3] * 8 + [4] * 16
+    print(f"0/1 scores in 32 topics (100 examples, as the built-in choice set), topic-level Beta(concentration) "
+          f"discordance: simulated coverage, {datasets} datasets (binomial sd "
+          f"{100 * math.sqrt(0.95 * 0.05 / datasets):.2f} %)")
+    print(f"{'scenario':44s} " + " ".join(f"{m:>10s}" for m in methods))
+    for p_b, p_c, concentration in [(0.10, 0.05, math.inf), (0.10, 0.05, 10.0), (0.10, 0.05, 3.0),
+                                    (0.04, 0.02, 3.0), (0.02, 0.01, math.inf), (0.02, 0.01, 3.0), (0.15, 0.15, 3.0)]:
+        rng = np.random.default_rng(2025)
+        hits = dict.fromkeys(methods, 0)
+        truth = 100 * (p_c - p_b)
+        for i in range(datasets):
+            ref_list: list[bool] = []
+            cand_list: list[bool] = []
+            group_list: list[int] = []
+            for g, size in enumerate(sizes):
+                if math.isinf(concentration):
+                    q_b, q_c = p_b, p_c
+                else:
+                    q_b = rng.beta(p_b * concentration, (1 - p_b) * concentration)
+                    q_c = rng.beta(p_c * concentration, (1 - p_c) * concentration)
+                category = np.digitize(rng.random(size), [q_b, q_b + q_c])
+                ref_list += list(category == 0)
+                cand_list += list(category == 1)
+                group_list += [g] * size
+            intervals = _binary_intervals(np.array(ref_list, float), np.array(cand_list, float), resamples, i,
+                                          np.array(group_list))
+            for m, (low, high) in intervals.items():
+                hits[m] += low <= truth <= high
+        label = f"lost {100 * p_b:g} % gained {100 * p_c:g} %, concentration {concentration:g}"
+        print(f"{label:44s} " + " ".join(f"{100 * hits[m] / datasets:9.1f}%" for m in methods), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--units", type=int, default=1000)
     parser.add_argument("--coverage", action="store_true", help="print the simulated coverage table instead")
+    parser.add_argument("--binary", action="store_true", help="print the coverage of the 0/1-score intervals instead")
     parser.add_argument("--datasets", type=int, default=2000)
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args()
     print(f"{platform.python_version()} numpy {np.__version__}, {os.cpu_count()} cpus")
-    if args.coverage:
+    if args.binary:
+        binary_coverage(args.datasets, args.resamples)
+    elif args.coverage:
         coverage(args.datasets, args.resamples)
     else:
         speed(args.repeat, args.units)

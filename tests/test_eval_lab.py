@@ -59,7 +59,21 @@ def test_lab_on_minilm(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # ty
     minilm()
     monkeypatch.setenv("PRECISIONLAB_CACHE", str(tmp_path))  # its reference cache goes there (MiniLM needs no other)
     monkeypatch.setattr("precisionlab.models.packaged.installed_packaged", lambda: ["minilm-l6"])
+    import torch
+
+    threads_before = torch.get_num_threads()
+    seen: list[int] = []
+    real_run = eval_lab.run
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(torch.get_num_threads())
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(eval_lab, "run", spy)
     result = eval_lab.lab_run(size=0.1)
+    assert seen == [eval_lab.LAB_THREADS] == [1]  # one torch thread while the lab runs, then torch's own again
+    assert torch.get_num_threads() == threads_before
+    assert result.params["commands"].endswith("--threads 1")
     assert [t.key for t in result.sections] == ["retrieval", "errors"]
     assert [f.key for f in result.figures] == ["retrieval_difference"]
     for scheme in eval_lab.LAB_SCHEMES:

@@ -319,7 +319,12 @@ def test_compare_scores_and_perplexity_bundle_consistent_units() -> None:
     result = stats.compare_scores(ref, cand, 1.0, n_resamples=2000)
     differences = 100.0 * (cand.astype(float) - ref.astype(float))
     assert result.interval.unit == "pp"
-    assert result.min_detectable == pytest.approx(stats.min_detectable_difference(differences))
+    assert result.min_detectable == pytest.approx(stats.min_detectable_difference(differences, binary_scale=100.0))
+    # with 30 discordant pairs the score test's detectable difference is close to the plug-in one
+    assert result.min_detectable == pytest.approx(stats.min_detectable_difference(differences), rel=0.08)
+    needed = stats.examples_needed(differences, 1.0, True, binary_scale=100.0)
+    assert result.examples_needed == needed
+    assert needed == pytest.approx(stats.examples_needed(differences, 1.0, True), rel=0.1)
     assert result.mcnemar == stats.mcnemar_exact(ref, cand)
     assert result.verdict == stats.verdict(result.interval, 1.0, True)
     nll_ref, nll_cand, tokens = document_nlls(rng, 40, 0.2)
@@ -444,3 +449,190 @@ def test_the_detectable_difference_is_detected_with_80_percent_power() -> None:
     rates = verdict_rates(difference_at(1.0), 1000, seed=25)
     assert 0.72 <= rates["pass"] <= 0.86
     assert rates["fail"] == 0.0
+
+
+# --------------------------------------------------------------------------- binary scores: Tango's score interval
+#
+# With few discordant pairs the bootstrap of a 0/1 difference cannot show variation the sample does not
+# hold (no discordant pair: the interval [0, 0]). For 0/1 scores the interval is the union of the
+# bootstrap interval and Tango's (1998) score interval for the difference of paired proportions.
+# Independent sources below: the closed form of Tango's bound with b = c = 0 (z^2 / (n + z^2)), the
+# score statistic evaluated with a constrained maximum likelihood found by scipy's optimiser (not the
+# quadratic used in stats.py), the non-iterative quartic of Yang, Sun and Hardin (2012, Statistics in
+# Medicine 31: 1611-1612) solved by numpy.roots, and exact coverage by enumerating every (b, c).
+
+Z95 = NORMAL.inv_cdf(0.975)
+
+
+def no_discordance(n: int, right: int) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.array([1.0] * right + [0.0] * (n - right))
+    return scores, scores.copy()
+
+
+def test_no_discordant_pair_gives_an_interval_of_honest_width() -> None:
+    ref, cand = no_discordance(100, 75)
+    result = stats.compare_scores(ref, cand, max_drop=1.0, n_resamples=1000)
+    bound = 100 * Z95**2 / (100 + Z95**2)                      # 3.70 pp: Tango's bound with b = c = 0
+    assert result.interval.estimate == 0.0
+    assert result.interval.low == pytest.approx(-bound, rel=1e-9)
+    assert result.interval.high == pytest.approx(bound, rel=1e-9)
+    assert result.verdict == "inconclusive"                    # 100 examples cannot show a loss below 1 pp
+    assert result.min_detectable == pytest.approx(bound, rel=1e-6)
+    # the interval clears -1 pp once z^2 / (n + z^2) < 1 %: n > 99 z^2 = 380.3
+    assert result.examples_needed == math.ceil(99 * Z95**2) == 381
+    for n, expected in ((380, "inconclusive"), (381, "pass"), (1000, "pass")):
+        assert stats.compare_scores(*no_discordance(n, n // 2), 1.0, n_resamples=1000).verdict == expected, n
+
+
+def test_no_discordant_pair_with_topic_groups_stays_inconclusive() -> None:
+    ref, cand = no_discordance(100, 75)
+    groups = np.arange(100) // 3                                 # 34 topics
+    result = stats.compare_scores(ref, cand, 1.0, groups=groups, n_resamples=1000)
+    assert result.interval.low < -3.0 and result.interval.high > 3.0 and result.verdict == "inconclusive"
+    assert result.min_detectable > 3.0 and result.examples_needed is not None and result.examples_needed > 300
+
+
+def test_the_bootstrap_alone_is_still_available() -> None:
+    ref, cand = no_discordance(100, 75)
+    plain = stats.paired_bootstrap_mean(ref, cand, 1000, score_interval=False)
+    assert (plain.low, plain.high) == (0.0, 0.0) and plain.method == "expanded"
+    honest = stats.paired_bootstrap_mean(ref, cand, 1000)
+    assert honest.method == "expanded+tango" and honest.low < 0 < honest.high
+
+
+def constrained_discordance_by_optimiser(b: int, c: int, n: int, delta: float) -> float:
+    """max over p_b of the multinomial log-likelihood with p_c = p_b + delta (scipy), returned as p_b + p_c."""
+    optimize = pytest.importorskip("scipy.optimize", reason="scipy finds the constrained maximum independently")
+    low, high = max(0.0, -delta), min(1.0, (1.0 - delta) / 2.0)
+    eps = 1e-15
+
+    def negative_loglik(p_b: float) -> float:
+        p_c = p_b + delta
+        rest = 1.0 - p_b - p_c
+        return -(b * math.log(max(p_b, eps)) + c * math.log(max(p_c, eps)) + (n - b - c) * math.log(max(rest, eps)))
+
+    found = optimize.minimize_scalar(negative_loglik, bounds=(low, high), method="bounded",
+                                     options={"xatol": 1e-13, "maxiter": 2000})
+    return 2 * float(found.x) + delta
+
+
+@pytest.mark.parametrize(("b", "c", "n"), [(0, 0, 100), (3, 0, 100), (9, 4, 100), (1, 7, 21), (20, 40, 160),
+                                           (6, 16, 161), (12, 2, 50), (0, 5, 30)])
+def test_tango_endpoints_solve_the_score_equation(b: int, c: int, n: int) -> None:
+    low, high = stats.tango_interval(b, c, n)
+    assert low < (c - b) / n < high
+    for delta, sign in ((low, 1.0), (high, -1.0)):
+        if abs(delta) == 1.0:
+            continue
+        discordance = constrained_discordance_by_optimiser(b, c, n, delta)
+        score = (c - b - n * delta) / math.sqrt(n * (discordance - delta**2))
+        assert score == pytest.approx(sign * Z95, abs=1e-4)
+
+
+def tango_by_quartic(b: int, c: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Yang, Sun & Hardin's non-iterative Tango interval: the real roots of one quartic, here solved by numpy.
+
+    In their notation the difference is (b' - c') / N with b' the (success, failure) cell: for cand - ref,
+    b' = c (candidate right only) and c' = b."""
+    bp, cp, big_n = float(c), float(b), float(n)
+    g = z * z
+    m0 = big_n**2 * (big_n / g + 1) ** 2
+    m1 = -big_n * (bp - cp) * (big_n / g + 1) * (4 * big_n / g + 1)
+    m2 = 2 * big_n * (bp - cp) ** 2 * (3 * big_n / g + 2) / g - big_n**2 * ((bp + cp) / g + 1)
+    m3 = big_n * (bp - cp) * (2 * (bp + cp) / g + 1) - (bp - cp) ** 3 * (4 * big_n / g + 1) / g
+    m4 = (bp - cp) ** 2 * ((bp - cp) ** 2 / g - (bp + cp)) / g
+    roots = np.roots([m0, m1, m2, m3, m4])
+    real = [float(r.real) for r in roots if abs(r.imag) < 1e-9 and -1 <= r.real <= 1]
+    return min(real), max(real)   # the estimate and one extraneous value are roots too, between the two limits
+
+
+def test_tango_matches_the_non_iterative_quartic() -> None:
+    for n in (20, 57, 100):
+        for b in range(0, 12):
+            for c in range(0, 12):
+                if b + c == 0 or b + c > n:
+                    continue   # the quartic has a double root at 0 there; the b = c = 0 case has its closed form
+                low, high = stats.tango_interval(b, c, n)
+                assert (low, high) == pytest.approx(tango_by_quartic(b, c, n), abs=1e-7), (b, c, n)
+
+
+def test_tango_is_symmetric_and_bounded() -> None:
+    low, high = stats.tango_interval(3, 9, 40)
+    mirrored = stats.tango_interval(9, 3, 40)
+    assert mirrored == pytest.approx((-high, -low), abs=1e-12)
+    assert stats.tango_interval(40, 0, 40)[0] == -1.0 and stats.tango_interval(0, 40, 40)[1] == 1.0
+    assert stats.tango_interval(0, 0, 100, confidence=0.99)[1] == pytest.approx(
+        NORMAL.inv_cdf(0.995) ** 2 / (100 + NORMAL.inv_cdf(0.995) ** 2))
+    for bad in ((-1, 0, 10), (6, 5, 10), (0, 0, 0)):
+        with pytest.raises(ValueError):
+            stats.tango_interval(*bad)
+
+
+def multinomial_pmf(n: int, p_b: float, p_c: float) -> list[tuple[int, int, float]]:
+    out = []
+    for b in range(n + 1):
+        for c in range(n + 1 - b):
+            log_p = (math.lgamma(n + 1) - math.lgamma(b + 1) - math.lgamma(c + 1) - math.lgamma(n - b - c + 1)
+                     + b * math.log(p_b) + c * math.log(p_c) + (n - b - c) * math.log1p(-p_b - p_c))
+            if log_p > -30:
+                out.append((b, c, math.exp(log_p)))
+    return out
+
+
+@pytest.mark.parametrize(("n", "p_b", "p_c", "low", "high"), [
+    (100, 0.10, 0.05, 0.94, 0.97),      # 15 expected discordant pairs
+    (100, 0.04, 0.02, 0.93, 0.97),      # 6
+    (200, 0.02, 0.01, 0.93, 0.97),      # 6
+    (100, 0.02, 0.01, 0.95, 0.99),      # 3: an interval that must include 0 at b = c = 0 over-covers here
+])
+def test_exact_coverage_of_the_tango_interval(n: int, p_b: float, p_c: float, low: float, high: float) -> None:
+    truth = p_c - p_b
+    covered = sum(p for b, c, p in multinomial_pmf(n, p_b, p_c)
+                  if stats.tango_interval(b, c, n)[0] <= truth <= stats.tango_interval(b, c, n)[1])
+    assert low <= covered <= high
+
+
+def coverage_of_rare_discordance(sims: int, *, score_interval: bool) -> float:
+    # 100 examples, 2 % lost and 1 % gained: 3 discordant pairs expected, none in 5 % of the datasets.
+    rng = np.random.default_rng(26)
+    hits = 0
+    for i in range(sims):
+        ref, cand = paired_binary(rng, 100, 0.7, 0.02, 0.01)
+        hits += stats.paired_bootstrap_mean(ref, cand, 1000, seed=i, score_interval=score_interval).contains(-1.0)
+    return hits / sims
+
+
+def test_rare_discordance_needs_the_score_interval() -> None:
+    # exact coverage by enumeration (the interval depends on b, c and n only): bootstrap 86 %, union 98 %
+    assert coverage_of_rare_discordance(600, score_interval=False) <= 0.90
+    assert coverage_of_rare_discordance(600, score_interval=True) >= 0.95
+
+
+def clustered_binary(rng: np.random.Generator, sizes: list[int], p_b: float, p_c: float,
+                     concentration: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Paired 0/1 outcomes in topics whose discordance rates are Beta draws around p_b, p_c (topic effect)."""
+    ref, cand, groups = [], [], []
+    for g, size in enumerate(sizes):
+        q_b = rng.beta(p_b * concentration, (1 - p_b) * concentration)
+        q_c = rng.beta(p_c * concentration, (1 - p_c) * concentration)
+        category = np.digitize(rng.random(size), [q_b, q_b + q_c])   # 0: lost, 1: gained, 2: concordant
+        ref += list(category == 0)
+        cand += list(category == 1)
+        groups += [g] * size
+    return np.array(ref, dtype=float), np.array(cand, dtype=float), np.array(groups)
+
+
+TOPIC_SIZES = [1] * 4 + [2] * 4 + [3] * 8 + [4] * 16        # 100 examples in 32 topics, as the built-in choice set
+
+
+@pytest.mark.parametrize(("p_b", "p_c", "concentration"), [(0.10, 0.05, 10.0), (0.02, 0.01, 3.0)])
+def test_clustered_binary_coverage(p_b: float, p_c: float, concentration: float) -> None:
+    # Tango alone ignores the topics (92 % in the second scenario), the cluster bootstrap alone collapses
+    # with few discordant pairs (75 %); their union covers (95 % and 96 % in 1000 datasets).
+    rng = np.random.default_rng(27)
+    sims, hits = 600, 0
+    for i in range(sims):
+        ref, cand, groups = clustered_binary(rng, TOPIC_SIZES, p_b, p_c, concentration)
+        interval = stats.paired_bootstrap_mean(ref, cand, 1000, seed=i, groups=groups)
+        hits += interval.contains(100 * (p_c - p_b))
+    assert 0.93 <= hits / sims <= 0.98

@@ -28,6 +28,23 @@ def test_continuation_and_delimiter_rules() -> None:
     assert scoring.continuation("", "Paris") == ("Paris", 5)
 
 
+def test_acc_norm_divides_by_utf8_bytes() -> None:
+    # The issue asks for the per-byte normalisation; lm-evaluation-harness's code divides by len(choice), which is
+    # characters (the same for ASCII). The lengths exclude the target delimiter, as the harness's do.
+    assert scoring.continuation("Le plat:", "crème brûlée") == (" crème brûlée", 15)      # 12 characters
+    assert scoring.continuation("The letters", " αβγ") == (" αβγ", 6)                      # 3 characters
+    assert scoring.continuation("", "ωμέγα") == ("ωμέγα", 10)
+    model = lm()
+    choices = (" λόγος", " zqxj")        # 5 characters in 10 bytes, and 4 ASCII letters
+    example = data.ChoiceExample("greek", "The Greek word for word is", choices, 0)
+    scores = scoring.score_choice(model, [example])
+    lls = np.asarray(scores.loglik[0])
+    per_byte = lls / [len(c.encode("utf-8")) - 1 for c in choices]
+    per_character = lls / [len(c) - 1 for c in choices]
+    assert int(np.argmax(per_byte)) != int(np.argmax(per_character))   # the example tells the two rules apart
+    assert scores.pred_norm[0] == int(np.argmax(per_byte)) and scores.acc_norm[0] == float(np.argmax(per_byte) == 0)
+
+
 def test_encode_pair_moves_trailing_space_and_takes_the_tail() -> None:
     model = lm()
     context, text = "The value of pi is ", "about 3.14"
@@ -59,7 +76,7 @@ def test_choice_logliks_equal_whole_sequence_forwards() -> None:
             expected.append(whole_loglik(model, ctx, cont))
         np.testing.assert_allclose(lls, expected, rtol=0, atol=2e-3)
         assert acc == float(np.argmax(expected) == example.gold)
-        lengths = [len(c) - 1 for c in example.choices]  # built-in choices carry the delimiter's space
+        lengths = [len(c.encode("utf-8")) - 1 for c in example.choices]  # bytes; the leading space is the delimiter
         assert acc_norm == float(np.argmax(np.asarray(expected) / lengths) == example.gold)
 
 

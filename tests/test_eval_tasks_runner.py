@@ -124,6 +124,82 @@ def test_candidates_apply_and_undo_and_records_pair_up(tmp_path: Path) -> None:
     assert all(len(r["reference"]["loglik"]) == 4 for r in choice)
 
 
+def test_a_candidate_holds_the_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a candidate is scored, its quantized weights sit in the model's own storage and the originals wait on
+    disk (they were kept in memory beside them: a second copy of the selected weights, 3.07x the fp32 model at
+    the peak); the layer-output error still sees the originals, and the model comes back bit for bit."""
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(tmp_path))  # the spill goes under the cache root, on disk
+    loaded = smollm2_slice()
+    params = dict(loaded.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    pointers = {n: p.data_ptr() for n, p in params.items()}
+    seen: list[tuple[str, int, bool, int]] = []
+
+    class Inspect(Counting):
+        def start(self, description: str, total: int) -> None:
+            if description.startswith("int4"):
+                moved = sum(p.data_ptr() != pointers[n] for n, p in params.items())
+                name = "model.layers.0.mlp.down_proj.weight"
+                spilled = len(list(tmp_path.glob("spill/precisionlab-originals-*/*.safetensors")))
+                seen.append((description, moved, not torch.equal(params[name], before[name]), spilled))
+
+    run = runner.evaluate(loaded, parse_candidates(["int4"]), small_tasks()[:1], 1.0, cache=False,
+                          n_resamples=500, limits=SHORT, progress=Inspect())
+    assert seen == [("int4: ppl", 0, True, 4 * 7)]  # in place, quantized, every block linear's original on disk
+    assert run.candidates[0].layer_output_err > 0.05  # measured against the originals read back from disk
+    for name, p in params.items():
+        assert p.data_ptr() == pointers[name] and torch.equal(p, before[name]), name
+    assert not list(tmp_path.glob("spill/*"))  # the spill directory is removed
+
+
+def test_the_spill_falls_back_to_the_temporary_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache root's directory would go")
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(blocked))
+    assert runner.spill_parent() is None
+    monkeypatch.setenv("PRECISIONLAB_CACHE", str(tmp_path / "fine"))
+    assert runner.spill_parent() == str(tmp_path / "fine" / "spill")
+
+
+def test_the_source_grid_caveat_measured_through_eval() -> None:
+    """SmolLM2's block linears are GGUF Q4_1. The quant library's gguf_q4_1 (llama.cpp's rule) and its grammar
+    spelling uint4:g32:min=fp16 reproduce every one of them, so eval reports them grid-aligned with zero weight
+    error and an identical model on every task; gguf_q4_0 (no minimum) does not hold that grid."""
+    from precisionlab.labs.eval import result_from_run
+
+    loaded = smollm2_slice()
+    tasks = small_tasks()
+    labels = ["gguf_q4_1", "uint4:g32:min=fp16", "gguf_q4_0", "int4:g128"]
+    run = runner.evaluate(loaded, parse_candidates(labels), tasks, 1.0, cache=False, n_resamples=500, limits=SHORT)
+    result = result_from_run(run, {})
+    for label in labels[:2]:
+        cand = next(c for c in run.candidates if c.label == label)
+        assert cand.alignment == "aligned" and cand.quantized_layers == 4 * 7 and cand.bits_per_weight == 5.0
+        assert cand.rel_err == 0.0 and math.isinf(cand.sqnr_db) and cand.layer_output_err == 0.0
+        assert all(layer["unchanged"] for layer in cand.layers)
+        for task in run.tasks:
+            outcome = task.outcome(label)
+            assert outcome.comparisons[task.primary].interval.estimate == 0.0
+            assert outcome.per_example[task.primary if task.kind != "ppl" else "nll"] == \
+                task.reference_examples[task.primary if task.kind != "ppl" else "nll"]
+            assert result.findings[f"eval.{task.name}.{label}.grid_aligned"] is True
+            assert result.findings[f"eval.{task.name}.{label}.rel_err"] == 0.0
+        ppl = run.task("ppl").outcome(label)
+        assert ppl.metrics["kl"] == 0.0 and ppl.metrics["top1_agreement"] == 100.0
+    q4_0 = next(c for c in run.candidates if c.label == "gguf_q4_0")
+    assert q4_0.alignment == "no" and q4_0.rel_err > 0.01
+    assert result.findings["eval.ppl.gguf_q4_0.grid_aligned"] is False
+    errors = result.section("errors").records()
+    assert [r["source grid"] for r in errors] == ["aligned", "aligned", "no", "no"]
+    for task in run.tasks:  # every comparison says it: the task tables carry the column too
+        records = result.section(task.name).records()
+        assert [r["source grid"] for r in records] == [None, "aligned", "aligned", "no", "no"]
+    int4 = next(c for c in run.candidates if c.label == "int4:g128")
+    assert int4.alignment == "no" and not any(layer["unchanged"] for layer in int4.layers)
+    assert result.findings["eval.choice.int4:g128.grid_aligned"] is False
+    assert "gguf_q4_1 (= uint4:g32:min=fp16) reproduces it" in result.section("errors").note
+
+
 def test_user_generation_file_with_answers(tmp_path: Path) -> None:
     loaded = smollm2_slice()
     from precisionlab.eval import scoring

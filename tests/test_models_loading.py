@@ -78,7 +78,9 @@ def test_missing_peer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_grid_note_names_the_source_grids() -> None:
     note = loading.grid_note({"Q4_1": 210, "Q8_0": 1, "F32": 61})
-    assert "210 × Q4_1" in note and "1 × Q8_0" in note and "lossless" in note
+    assert "210 × Q4_1" in note and "1 × Q8_0" in note and "measures nothing" in note
+    # each grid is named with the scheme that reproduces it (the quant library's GGUF presets)
+    assert "gguf_q4_1 (= uint4:g32:min=fp16) reproduces it" in note and "gguf_q8_0 (= int8:g32) reproduces it" in note
     assert loading.grid_note({"F32": 3, "F16": 1}) == ""
 
 

@@ -80,6 +80,57 @@ def test_int8_row_values_are_exact_and_the_forward_is_unhooked() -> None:
         assert torch.equal(p, before[name]), name
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_spilled_originals_wait_on_disk_and_the_weights_are_written_in_their_own_storage(
+        tmp_path, dtype) -> None:  # type: ignore[no-untyped-def]
+    """spill_dir: the model holds its weights once (the dequantized values in the same storage, the originals in
+    one safetensors file per weight), the values are those of the in-memory mode, and restore is bit-exact."""
+    model = Tiny(tie=False).to(dtype)
+    reference = Tiny(tie=False).to(dtype)  # the same seed: identical weights, quantized the default way
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    pointers = {n: p.data_ptr() for n, p in model.named_parameters()}
+    in_memory = quantize_weights(reference, "int4:g32", exclude=())
+    report = quantize_weights(model, "int4:g32", exclude=(), spill_dir=tmp_path / "spill")
+    assert len(list((tmp_path / "spill").glob("*.safetensors"))) == len(report.quantized) == 4
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
+        assert p.data_ptr() == pointers[name], name  # written in place: no second copy of the weight
+        assert torch.equal(p, q), name
+    assert not all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    for parameter in report.replaced:  # one original at a time, read from its file
+        name = next(n for n, p in model.named_parameters() if p is parameter)
+        original = report.original(parameter)
+        assert original.dtype == dtype and torch.equal(original, before[name])
+    with pytest.raises(KeyError):
+        report.original(model.norm.weight)
+    report.restore()
+    report.restore()  # idempotent
+    assert not list((tmp_path / "spill").glob("*.safetensors"))
+    for name, p in model.named_parameters():
+        assert p.data_ptr() == pointers[name] and torch.equal(p, before[name]), name
+    in_memory.restore()
+
+
+def test_a_failure_midway_restores_the_spilled_weights(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from precisionlab.models import weights
+
+    model = Tiny(tie=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    real = weights.quantize
+    calls = []
+
+    def failing(matrix, scheme):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(matrix, scheme)
+
+    monkeypatch.setattr(weights, "quantize", failing)
+    with pytest.raises(KeyboardInterrupt):
+        quantize_weights(model, "int8:row", exclude=(), spill_dir=tmp_path)
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]), name
+
+
 def test_bytes_are_quantized_layers_plus_the_rest_at_their_width() -> None:
     model = Tiny()
     report = quantize_weights(model, "int8:row")
@@ -164,7 +215,7 @@ def test_smollm2_all_linears_bytes_by_arithmetic() -> None:
         floats = 4 * (49152 * 576 + 30 * 2 * 576 + 576)  # tied embedding, two norms per block, the final norm
         assert report.model_bytes == 30 * per_block + floats
         assert report.reference_bytes == loaded.nbytes
-        assert report.alignment == "no"  # no quant-library scheme holds the Q4_1 grid (its zero offset is a float)
+        assert report.alignment == "no"  # int4:g128's integer zero points do not hold the Q4_1 grid (a float minimum)
 
 
 def test_smollm2_q8_0_embedding_is_detected_as_grid_aligned() -> None:

@@ -21,8 +21,9 @@ Multiple choice, scored as lm-evaluation-harness does (`TemplateLM._encode_pair`
 context + continuation are tokenized whole and the continuation is the tail of the whole
 after the context's token count; an empty context is the prefix token. The continuation's
 log-likelihood is the sum of its tokens' log-probabilities given the context; `acc` takes the
-argmax of those sums, `acc_norm` of the sums divided by the choice's length in characters
-(`len(choice)`, which the harness calls byte-length normalisation; the two agree for ASCII).
+argmax of those sums, `acc_norm` of the sums divided by the choice's length in UTF-8 bytes, the
+per-byte normalisation the harness documents (its code divides by `len(choice)`, characters; the
+two agree for ASCII, and the built-in data is ASCII except for a few typographic characters).
 The continuation is the choice as given when it starts with whitespace (the built-in choices
 carry their leading space) or the context ends with whitespace; otherwise the harness's target
 delimiter " " is put in front. The context is run once and its KV cache shared by the choices
@@ -244,19 +245,23 @@ class ChoiceScores:
     acc: np.ndarray
     """1.0 when argmax(loglik) is the gold choice."""
     acc_norm: np.ndarray
-    """1.0 when argmax(loglik / len(choice)) is the gold choice."""
+    """1.0 when argmax(loglik / UTF-8 bytes of the choice) is the gold choice."""
     pred: np.ndarray
     pred_norm: np.ndarray
 
 
 def continuation(context: str, choice: str) -> tuple[str, int]:
-    """(continuation text, normalising length) for one choice (see the module docstring)."""
+    """(continuation text, normalising length in UTF-8 bytes) for one choice (see the module docstring).
+
+    The length excludes the target delimiter, as the harness's `len(choice)` does: a built-in
+    choice's leading space is that delimiter, so it is not counted."""
+    size = len(choice.encode("utf-8"))
     if not context or context[-1:].isspace() or choice[:1].isspace():
         text = choice
-        length = len(choice) - 1 if choice.startswith(" ") and context else len(choice)
+        length = size - 1 if choice.startswith(" ") and context else size
     else:
         text = " " + choice
-        length = len(choice)
+        length = size
     return text, max(length, 1)
 
 

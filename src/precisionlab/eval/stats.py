@@ -23,10 +23,20 @@ small-sample widening of Hesterberg (2015) — quantiles of the resampled statis
 ``alpha/2, 1 - alpha/2``); ``"bca"`` is bias-corrected and accelerated (acceleration from the
 jackknife). docs/eval_statistics.md gives the formulas and the simulated coverage of all three;
 the expanded interval is the default because it was the best calibrated in those simulations.
+
+Binary (0/1) scores: a bootstrap cannot show variation that the sample does not hold — with no
+discordant pair every resample has difference 0 and the interval is [0, 0]. So for 0/1 scores
+the interval is the union of the bootstrap interval and Tango's score interval for the
+difference of paired proportions (``tango_interval``): Tango's is honest with few discordant
+pairs (with none it is ``+-z^2/(n + z^2)``), the cluster bootstrap takes the topics into account
+when there is variation to see, and the union keeps both properties (simulated and exact
+coverage in docs/eval_statistics.md). The minimum detectable difference and the examples needed
+use the matching score-test variances (``binary_scale=``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
@@ -346,6 +356,7 @@ def paired_bootstrap_mean(
     percent: bool | None = None,
     groups: Groups | None = None,
     method: Method = "expanded",
+    score_interval: bool = True,
 ) -> Interval:
     """Paired bootstrap interval of the mean difference ``mean(cand) - mean(ref)``.
 
@@ -356,12 +367,19 @@ def paired_bootstrap_mean(
     ``percent``: report in percentage points (``scale = 100``, unit ``"pp"``). ``None`` (default)
     chooses percentage points exactly when every score is 0 or 1 (accuracy-like correctness);
     pass ``True`` for fractional accuracy-like scores (token agreement), ``False`` for raw units.
+
+    ``score_interval`` (default True): when every score is 0 or 1, the interval is widened to
+    contain Tango's score interval (``tango_interval``, times ``scale``): ``[min(lows),
+    max(highs)]``, ``method`` then reads e.g. ``"expanded+tango"``. The bootstrap alone cannot
+    see variation the sample does not hold (no discordant pair gives [0, 0]); Tango's interval
+    cannot see the groups; the union is honest in both cases. ``False``: the bootstrap alone.
     """
     _check_options(n_resamples, confidence, method)
     ref_values, cand_values = _as_vector(ref, "ref"), _as_vector(cand, "cand")
     n = _same_length(ref=ref_values, cand=cand_values)
+    binary = _is_binary(ref_values, cand_values)
     if percent is None:
-        percent = _is_binary(ref_values, cand_values)
+        percent = binary
     scale = 100.0 if percent else 1.0
     per_unit = np.column_stack([cand_values - ref_values, np.ones(n)])
     values = _group_sums(per_unit, _group_index(groups, n))
@@ -369,8 +387,14 @@ def paired_bootstrap_mean(
     def mean_difference(totals: NDArray[np.float64]) -> NDArray[np.float64]:
         return scale * totals[:, 0] / totals[:, 1]
 
-    return _interval(values, mean_difference, n=n, unit="pp" if percent else "", n_resamples=n_resamples,
-                     seed=seed, confidence=confidence, method=method)
+    interval = _interval(values, mean_difference, n=n, unit="pp" if percent else "", n_resamples=n_resamples,
+                         seed=seed, confidence=confidence, method=method)
+    if not (binary and score_interval):
+        return interval
+    b, c = _discordant(ref_values, cand_values)
+    low, high = tango_interval(b, c, n, confidence)
+    return dataclasses.replace(interval, low=min(interval.low, scale * low), high=max(interval.high, scale * high),
+                               method=f"{method}+tango")
 
 
 def paired_bootstrap_ratio(
@@ -490,6 +514,88 @@ def mcnemar_exact(ref_correct: ArrayLike, cand_correct: ArrayLike) -> McNemar:
     return McNemar(b=b, c=c, p_value=binomial_two_sided_p(min(b, c), b + c))
 
 
+# --------------------------------------------------------------------------- Tango's score interval (0/1 scores)
+
+
+def _discordant(ref_values: NDArray[np.float64], cand_values: NDArray[np.float64]) -> tuple[int, int]:
+    """(b, c): units only the reference / only the candidate got right (0/1 scores)."""
+    lost = (ref_values == 1.0) & (cand_values == 0.0)
+    gained = (ref_values == 0.0) & (cand_values == 1.0)
+    return int(np.sum(lost)), int(np.sum(gained))
+
+
+def _check_counts(b: int, c: int, n: int) -> None:
+    for name, value in (("b", b), ("c", c), ("n", n)):
+        if isinstance(value, bool) or int(value) != value:
+            raise ValueError(f"{name} must be a whole count, got {value!r}")
+    if n < 1 or b < 0 or c < 0 or b + c > n:
+        raise ValueError(f"need n >= 1 and 0 <= b, c with b + c <= n, got b={b}, c={c}, n={n}")
+
+
+def constrained_discordance(b: int, c: int, n: int, delta: float) -> float:
+    """Maximum-likelihood discordance ``p_b + p_c`` of paired 0/1 outcomes under ``p_c - p_b = delta``.
+
+    ``b``: pairs the reference gets right and the candidate wrong; ``c``: the reverse; ``n``: all
+    pairs. Under the constraint the multinomial likelihood is maximised by the positive root of
+    ``A p^2 + B p + C = 0`` in ``p = p_b`` (Tango 1998, Statistics in Medicine 17: 891-908), with
+    ``A = 2n``, ``B = -(b + c) + (2n - c + b) delta``, ``C = -b delta (1 - delta)``::
+
+        p_b = (sqrt(B^2 - 4 A C) - B) / (2 A),        p_b + p_c = 2 p_b + delta
+
+    ``constrained_discordance(...) - delta^2`` is the variance of one pair's difference under that
+    hypothesis: the score test's variance, used by the interval and by the power formulas.
+    """
+    a_coef = 2.0 * n
+    b_coef = -(b + c) + (2.0 * n - c + b) * delta
+    c_coef = -b * delta * (1.0 - delta)
+    p_b = (math.sqrt(max(b_coef * b_coef - 4.0 * a_coef * c_coef, 0.0)) - b_coef) / (2.0 * a_coef)
+    return 2.0 * p_b + delta
+
+
+def tango_score(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's score statistic for ``H: p_c - p_b = delta``: ``(c - b - n delta) / sqrt(n (D - delta^2))``,
+    ``D = constrained_discordance(b, c, n, delta)``; decreasing in delta."""
+    numerator = c - b - n * delta
+    variance = n * (constrained_discordance(b, c, n, delta) - delta * delta)
+    if variance <= 0.0:
+        return 0.0 if numerator == 0 else math.copysign(math.inf, numerator)
+    return numerator / math.sqrt(variance)
+
+
+def _bisect_decreasing(f: Callable[[float], float], low: float, high: float) -> float:
+    """The root of a decreasing f on [low, high] with f(low) > 0 >= f(high), to the last bit (or 2^-100)."""
+    for _ in range(100):
+        middle = 0.5 * (low + high)
+        if middle in (low, high):
+            break
+        if f(middle) > 0.0:
+            low = middle
+        else:
+            high = middle
+    return 0.5 * (low + high)
+
+
+def tango_interval(b: int, c: int, n: int, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
+    """Tango's asymptotic score interval for the difference of paired proportions ``(c - b) / n``.
+
+    The set of ``delta`` whose score test is not rejected, ``|tango_score(b, c, n, delta)| <
+    z_{1 - alpha/2}``: the lower limit solves ``score = z``, the upper ``score = -z`` (bisection;
+    -1 when b = n, 1 when c = n). It depends on the discordant pairs and n only, and stays honest
+    when they are few: with none (``b = c = 0``) it is ``+-z^2 / (n + z^2)`` — 3.70 points for
+    n = 100 at 95 %, so no verdict finer than that is drawn from 100 examples that never disagree.
+    A proportion (multiply by 100 for percentage points).
+    """
+    _check_counts(b, c, n)
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    b, c, n = int(b), int(c), int(n)
+    z = _NORMAL.inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    estimate = (c - b) / n
+    low = -1.0 if b == n else _bisect_decreasing(lambda d: tango_score(b, c, n, d) - z, -1.0, estimate)
+    high = 1.0 if c == n else _bisect_decreasing(lambda d: tango_score(b, c, n, d) + z, estimate, 1.0)
+    return low, high
+
+
 # --------------------------------------------------------------------------- verdict and power
 
 
@@ -561,6 +667,7 @@ def min_detectable_difference(
     power: float = 0.8,
     *,
     groups: Groups | None = None,
+    binary_scale: float | None = None,
 ) -> float:
     """Smallest true difference detected with probability ``power`` at the current size.
 
@@ -570,7 +677,17 @@ def min_detectable_difference(
     threshold setting it is how far the true difference must sit from ``-max_drop`` for the
     interval to clear it 80 % of the time. The result is in the units of the differences passed
     (multiply 0/1 differences by 100 for percentage points).
+
+    ``binary_scale``: the differences are paired 0/1 outcomes times this scale (100 for
+    percentage points, 1 for proportions), so each is ``-s``, 0 or ``s``. Then the variances are
+    the score test's (``binary_min_detectable``), which never vanish: with no discordant pair the
+    sample variance is 0, yet a threshold ``m`` away needs discordance of at least ``m``.
     """
+    if binary_scale is not None:
+        differences = _as_vector(per_unit_differences, "per_unit_differences")
+        b, c = _binary_counts(differences, binary_scale)
+        deff = _design_effect(differences, groups)
+        return binary_scale * binary_min_detectable(b, c, len(differences), alpha, power, design_effect=deff)
     return _z_sum(alpha, power) * standard_error(per_unit_differences, groups=groups)
 
 
@@ -582,6 +699,7 @@ def examples_needed(
     power: float = 0.8,
     *,
     groups: Groups | None = None,
+    binary_scale: float | None = None,
 ) -> int | None:
     """Units needed for the interval to clear the threshold with probability ``power``.
 
@@ -594,15 +712,112 @@ def examples_needed(
 
     assuming the mean and the spread stay as observed. ``None`` when ``m == 0`` (the estimate
     sits on the threshold: no size decides it). A value at or below ``n`` means the current size
-    already suffices on average.
+    already suffices on average. ``binary_scale``: 0/1 outcomes times that scale (see
+    ``min_detectable_difference``); the score-test form ``binary_examples_needed`` is used.
     """
     threshold = _check_threshold(max_drop)
     differences = _as_vector(per_unit_differences, "per_unit_differences")
+    if binary_scale is not None:
+        b, c = _binary_counts(differences, binary_scale)
+        target = (-threshold if higher_is_better else threshold) / binary_scale
+        return binary_examples_needed(b, c, len(differences), target, alpha, power,
+                                      design_effect=_design_effect(differences, groups))
     margin = abs(float(differences.mean()) - (-threshold if higher_is_better else threshold))
     se = standard_error(differences, groups=groups)
     if margin == 0.0:
         return None
     return max(2, math.ceil(len(differences) * (_z_sum(alpha, power) * se / margin) ** 2))
+
+
+# --------------------------------------------------------------------------- power for 0/1 scores
+
+
+def _binary_counts(differences: NDArray[np.float64], scale: float) -> tuple[int, int]:
+    """(b, c) from differences that are -scale (lost), 0 or +scale (gained); ValueError otherwise."""
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"binary_scale must be a positive number, got {scale!r}")
+    if not np.all((differences == 0.0) | (np.abs(differences) == scale)):
+        raise ValueError(f"with binary_scale={scale:g} every difference must be -{scale:g}, 0 or {scale:g}")
+    return int(np.sum(differences < 0)), int(np.sum(differences > 0))
+
+
+def _design_effect(differences: NDArray[np.float64], groups: Groups | None) -> float:
+    """Clustered over independent variance of the mean difference, at least 1 (1 without groups or variation).
+
+    Floored at 1: with few discordant pairs in a few dozen topics the ratio is noisy, and a value
+    below 1 would claim that clustering makes the estimate more precise."""
+    if groups is None or float(np.std(differences)) == 0.0:
+        return 1.0
+    independent = float(np.std(differences, ddof=1)) / math.sqrt(len(differences))
+    return max(1.0, (standard_error(differences, groups=groups) / independent) ** 2)
+
+
+def _score_variances(b: int, c: int, n: int, delta0: float) -> tuple[float, float]:
+    """(v0, v1): one pair's variance at the hypothesis ``delta0`` (constrained) and at the estimate."""
+    estimate = (c - b) / n
+    v0 = constrained_discordance(b, c, n, delta0) - delta0 * delta0 if abs(delta0) < 1.0 else 0.0
+    v1 = (b + c) / n - estimate * estimate
+    return max(v0, 0.0), max(v1, 0.0)
+
+
+def binary_min_detectable(b: int, c: int, n: int, alpha: float = 0.05, power: float = 0.8, *,
+                          design_effect: float = 1.0) -> float:
+    """The score test's minimum detectable difference for paired 0/1 outcomes (a proportion).
+
+    The distance ``m`` from the estimate ``d = (c - b)/n`` at which a threshold ``d -+ m`` is
+    cleared with probability ``power``: the root of (Nam 1997, Biometrics 53: 1422-1430)::
+
+        m = sqrt(deff / n) * (z_{1 - alpha/2} sqrt(v0(d -+ m)) + z_{power} sqrt(v1))
+
+    with ``v0(delta) = constrained_discordance(b, c, n, delta) - delta^2`` the variance under the
+    threshold, ``v1 = (b + c)/n - d^2`` the observed one, ``deff`` the design effect of clustered
+    units (1 for independent ones); the larger of the two directions. With plenty of discordant
+    pairs it is close to the plug-in ``(z + z_power) sd / sqrt(n)``; with none it is
+    ``z^2 / (n/deff + z^2)``, the half-width of Tango's interval, never 0. When no distance within
+    [-1, 1] is detectable, the distance to the edge of that range.
+    """
+    _check_counts(b, c, n)
+    _z_sum(alpha, power)
+    z_alpha, z_power = _NORMAL.inv_cdf(1.0 - alpha / 2.0), _NORMAL.inv_cdf(power)
+    estimate = (c - b) / n
+    k = math.sqrt(design_effect / n)
+    largest = 0.0
+    for direction in (-1.0, 1.0):
+        edge = 1.0 - direction * estimate   # the distance to -1 (direction -1) or to +1
+
+        def gap(m: float, direction: float = direction) -> float:
+            v0, v1 = _score_variances(b, c, n, estimate + direction * m)
+            return m - k * (z_alpha * math.sqrt(v0) + z_power * math.sqrt(v1))
+
+        if edge <= 0.0 or gap(edge) < 0.0:
+            distance = edge
+        else:
+            distance = _bisect_decreasing(lambda m: -gap(m) if m > 0 else 1.0, 0.0, edge)
+        largest = max(largest, distance)
+    return largest
+
+
+def binary_examples_needed(b: int, c: int, n: int, threshold: float, alpha: float = 0.05, power: float = 0.8, *,
+                           design_effect: float = 1.0) -> int | None:
+    """Pairs needed for the score interval to clear ``threshold`` (a difference, as a proportion) with
+    probability ``power``, if the discordance rates stay as observed (Nam 1997)::
+
+        n_needed = ceil(deff * ((z_{1 - alpha/2} sqrt(v0) + z_{power} sqrt(v1)) / |d - threshold|)^2)
+
+    ``v0 = constrained_discordance(b, c, n, threshold) - threshold^2`` (the variance at the
+    threshold), ``v1 = (b + c)/n - d^2``, ``d = (c - b)/n``. With no discordant pair and a
+    threshold ``-t`` this is ``ceil(z^2 (1 - t) / t)``: 381 pairs for 1 point, exactly where
+    Tango's bound ``z^2/(n + z^2)`` drops below it. ``None`` when ``d`` sits on the threshold.
+    """
+    _check_counts(b, c, n)
+    _z_sum(alpha, power)
+    z_alpha, z_power = _NORMAL.inv_cdf(1.0 - alpha / 2.0), _NORMAL.inv_cdf(power)
+    margin = abs((c - b) / n - threshold)
+    if margin == 0.0:
+        return None
+    v0, v1 = _score_variances(b, c, n, threshold)
+    needed = design_effect * ((z_alpha * math.sqrt(v0) + z_power * math.sqrt(v1)) / margin) ** 2
+    return max(2, math.ceil(needed))
 
 
 # --------------------------------------------------------------------------- per-unit effects
@@ -662,29 +877,35 @@ def compare_scores(
     confidence: float = DEFAULT_CONFIDENCE,
     method: Method = "expanded",
     power: float = 0.8,
+    score_interval: bool = True,
 ) -> Comparison:
     """Paired comparison of per-example scores: interval, verdict, power, McNemar for 0/1 scores.
 
     The mean difference ``cand - ref`` (``paired_bootstrap_mean``; percentage points for 0/1
     scores or ``percent=True``) judged against ``max_drop`` by ``verdict``; the minimum
     detectable difference and the examples needed come from the same per-unit differences, in
-    the same unit. ``mcnemar`` is filled when both score vectors are binary.
+    the same unit. ``mcnemar`` is filled when both score vectors are binary. For 0/1 scores
+    (with ``score_interval``, the default) the interval contains Tango's score interval and the
+    power numbers are the score test's (``binary_scale``), so no discordant pair never reads as
+    a certain zero.
     """
     threshold = _check_threshold(max_drop)
     interval = paired_bootstrap_mean(ref, cand, n_resamples, seed, confidence, percent=percent, groups=groups,
-                                     method=method)
+                                     method=method, score_interval=score_interval)
     ref_values, cand_values = _as_vector(ref, "ref"), _as_vector(cand, "cand")
     scale = 100.0 if interval.unit == "pp" else 1.0
     differences = scale * (cand_values - ref_values)
     binary = _is_binary(ref_values, cand_values)
+    binary_scale = scale if binary and score_interval else None
     return Comparison(
         interval=interval,
         verdict=verdict(interval, threshold, higher_is_better),
         max_drop=threshold,
         higher_is_better=higher_is_better,
-        min_detectable=min_detectable_difference(differences, 1.0 - confidence, power, groups=groups),
+        min_detectable=min_detectable_difference(differences, 1.0 - confidence, power, groups=groups,
+                                                 binary_scale=binary_scale),
         examples_needed=examples_needed(differences, threshold, higher_is_better, 1.0 - confidence, power,
-                                        groups=groups),
+                                        groups=groups, binary_scale=binary_scale),
         mcnemar=mcnemar_exact(ref_values, cand_values) if binary else None,
     )
 

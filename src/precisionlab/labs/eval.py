@@ -16,8 +16,9 @@ its interval against bits per weight.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ LAB_SCHEMES = ("int8:row", "int4")
 """The registered lab's pair: one that should pass and one (per-tensor int4) that should fail."""
 LAB_SIZE = 0.2
 """The registered lab's data size (a fifth of the default sets: 8 documents, 20 choice examples, 13 retrieval pairs)."""
+LAB_THREADS = 1
+"""torch threads while the registered lab runs (set, then restored). One thread keeps the lab inside its 2-minute
+budget on a 2-core machine (about 90 CPU-seconds, measured under load); torch's own default of one thread per core
+ran it 3-5x slower, and over 10 minutes, whenever anything else used the machine."""
 METRIC_LABELS = {"ppl": "ppl", "acc": "acc %", "exact_match": "exact match %", "acc@1": "acc@1 %"}
 UNIT_LABELS = {"%": "% increase", "pp": "pp"}
 ENABLE = ("pip install torch==2.13.0 'precisionlab[models]' and the packaged models with "
@@ -105,12 +110,12 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
                   "generate": ["token agreement %", "McNemar p"],
                   "retrieval": ["cosine", "cosine CI low", "McNemar p"]}[task.kind]
     columns = ["scheme", "bits/weight", "model MB", metric, f"difference ({unit_label})", "CI low", "CI high",
-               "verdict", "n", "min detectable", "needed", *extra_cols]
+               "verdict", "n", "min detectable", "needed", *extra_cols, "source grid"]
     ref_bytes = evaluation.model["bytes"]
     ref_metric = task.reference[primary]
     ref_extra = _reference_extras(task)
     rows: list[list[Scalar]] = [["reference", _reference_bits(evaluation), ref_bytes / 1e6, ref_metric, None, None,
-                                 None, None, len(task.spec.items), None, None, *ref_extra]]
+                                 None, None, len(task.spec.items), None, None, *ref_extra, None]]
     base = f"eval.{task.name}"
     findings[f"{base}.reference.{primary}"] = ref_metric
     for key, value in task.reference.items():
@@ -125,7 +130,7 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
         extras = _extras(task, outcome)
         rows.append([outcome.candidate, _bits(cand), cand.model_bytes / 1e6, outcome.metrics[primary],
                      comparison.interval.estimate, low, high, comparison.verdict.upper(), comparison.interval.n,
-                     comparison.min_detectable, comparison.examples_needed, *extras])
+                     comparison.min_detectable, comparison.examples_needed, *extras, cand.alignment])
         key = f"{base}.{outcome.candidate}"
         findings[f"{key}.{primary}"] = outcome.metrics[primary]
         findings[f"{key}.difference"] = comparison.interval.estimate
@@ -161,7 +166,7 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
     note = (f"{len(task.spec.items)} examples ({origin}); "
             f"difference = candidate - reference in {unit_label} ({_difference_rule(task)}), paired on identical "
             f"inputs; 95 % CI by paired bootstrap ({evaluation.settings['n_resamples']} resamples, seed "
-            f"{evaluation.settings['seed']}) over {_unit_rule(task)}. Verdict against --max-drop "
+            f"{evaluation.settings['seed']}) over {_unit_rule(task)}{_binary_rule(task)}. Verdict against --max-drop "
             f"{evaluation.max_drop:g} declared before the run: PASS when the whole interval is {higher} "
             f"{threshold:g}, FAIL when it is all on the other side, INCONCLUSIVE otherwise; min detectable = the "
             f"true difference found 80 % of the time at this n; needed = examples for the interval to clear the "
@@ -174,11 +179,13 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
     if task.kind == "choice":
         note += (" Scored as lm-evaluation-harness does: acc = argmax of the summed log-likelihood of each "
                  "continuation (the tail of context + continuation tokenized whole), acc_norm = of the sum divided "
-                 "by the choice's length in characters. b / c: examples only the reference / only the candidate got "
+                 "by the choice's length in UTF-8 bytes. b / c: examples only the reference / only the candidate got "
                  "right (McNemar's discordant pairs).")
     if task.kind == "generate":
         note += (f" Greedy decoding, {evaluation.settings['generate_new_tokens']} new tokens at most, the same "
                  "batches for both models.")
+    note += (" source grid: 'aligned' when the scheme reproduced every quantized weight of the source (its grid "
+             "already holds them: the comparison measures nothing), 'partly (k/N layers)', or 'no'.")
     if evaluation.model.get("grid_note"):
         note += " Caveat: the source weights are already quantized (see the errors table's note)."
     return Table(key=task.name, title=f"{task.name}: {metric} of {evaluation.model['name']}", columns=columns,
@@ -212,6 +219,13 @@ def _difference_rule(task: Any) -> str:
         answers = "exact_match" in task.reference_examples
         return "exact match with the file's answers" if answers else "exact match with the reference's own output"
     return f"{task.primary} in percentage points"
+
+
+def _binary_rule(task: Any) -> str:
+    if task.kind == "ppl":
+        return ""
+    return (", widened for 0/1 scores to contain Tango's score interval for paired proportions (honest with few "
+            "discordant answers: with none it is +-z^2/(n+z^2), 3.7 pp at n = 100)")
 
 
 def _unit_rule(task: Any) -> str:
@@ -325,8 +339,10 @@ def missing_requirements() -> tuple[str, str]:
     return "", ""
 
 
-def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_drop: float = 1.0) -> LabResult:
-    """Every installed packaged model at a small size (or a skipped report saying how to enable it)."""
+def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_drop: float = 1.0,
+            threads: int | None = LAB_THREADS) -> LabResult:
+    """Every installed packaged model at a small size (or a skipped report saying how to enable it), with
+    `threads` torch threads (None: torch's own choice; the setting is restored afterwards)."""
     from precisionlab.models.packaged import installed_packaged
 
     missing, install = missing_requirements()
@@ -345,11 +361,13 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
         installed.remove("smollm2-135m")
     plans = [("smollm2-135m", ("ppl", "choice")), ("minilm-l6", ("retrieval",))]
     results = []
-    for model, tasks in plans:
-        if model in installed:
-            results.append(run(model, schemes, tasks, max_drop=max_drop, size=size,
-                               command=f"precisionlab eval --model {model} --schemes {','.join(schemes)} "
-                                       f"--tasks {','.join(tasks)} --max-drop {max_drop:g} --size {size:g}"))
+    with _torch_threads(threads):
+        for model, tasks in plans:
+            if model in installed:
+                results.append(run(model, schemes, tasks, max_drop=max_drop, size=size,
+                                   command=f"precisionlab eval --model {model} --schemes {','.join(schemes)} "
+                                           f"--tasks {','.join(tasks)} --max-drop {max_drop:g} --size {size:g}"
+                                           + (f" --threads {threads}" if threads else "")))
     merged = results[0]
     for extra in results[1:]:
         for table in extra.sections:
@@ -363,6 +381,23 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
                      "schemes": ",".join(schemes), "max_drop": max_drop,
                      "commands": " ; ".join(str(r.params["command"]) for r in results)}
     return merged
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """torch.set_num_threads(threads) for the block, restored afterwards (None: leave torch's choice)."""
+    if threads is None:
+        yield
+        return
+    from precisionlab.models import peers
+
+    torch = peers.torch()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 LAB = Lab(name="eval", title="Task-level evaluation on real models", run=lab_run, order=60, quick={"size": 0.1})

@@ -16,7 +16,9 @@ Grid caveat: the weights of a GGUF file are already quantized. SmolLM2's block l
 llama.cpp Q4_1 (4-bit codes, a scale and a minimum per group of 32) and its token
 embedding, tied to the output head, is Q8_0 (int8 codes, one fp16 scale per 32). The float32
 model is their dequantized values, so a scheme whose grid holds those values reproduces them
-exactly and its comparison says nothing. `LoadedModel.grid_note` says what the source is;
+exactly and its comparison says nothing: the quant library's `gguf_q4_1` (llama.cpp's Q4_1 rule,
+the grammar's `uint4:g32:min=fp16`) reproduces every block linear, `gguf_q8_0` / `int8:g32` the
+embedding. `LoadedModel.grid_note` says what the source is and which scheme holds each grid;
 `weights.quantize_weights` reports per layer whether a scheme left it unchanged.
 """
 
@@ -338,22 +340,48 @@ def gguf_tensor_types(path: Path) -> Counter[str]:
 
 GGML_GRIDS = {
     "Q4_0": "4-bit codes, one fp16 scale per 32 (symmetric)",
-    "Q4_1": "4-bit codes, an fp16 scale and an fp16 minimum per 32 (asymmetric)",
+    "Q4_1": "4-bit codes, an fp16 scale and an fp16 minimum per 32",
     "Q5_0": "5-bit codes, one fp16 scale per 32", "Q5_1": "5-bit codes, an fp16 scale and minimum per 32",
     "Q8_0": "int8 codes, one fp16 scale per 32",
+    "Q4_K": "4-bit codes in super-blocks of 256 with 6-bit scales and minima per 32",
+    "Q6_K": "6-bit codes in super-blocks of 256 with int8 scales per 16",
 }
 
 
+def source_presets() -> dict[str, str]:
+    """GGML type name -> the precisionlab scheme that re-quantizes it losslessly: its gguf_* preset, with the
+    grammar's spelling of the one-level layouts ({"Q4_1": "gguf_q4_1 (= uint4:g32:min=fp16) reproduces it"})."""
+    import dataclasses
+
+    from precisionlab.quant.scheme import GGUF_PRESETS
+
+    out = {}
+    for name, scheme in GGUF_PRESETS.items():
+        if scheme.ggml is None:
+            continue
+        if scheme.super_block:  # llama.cpp's K-quant search need not return its own grid (docs/quant.md)
+            out[scheme.ggml] = f"{name} holds its layout (its search may move a few values)"
+        else:
+            out[scheme.ggml] = f"{name} (= {dataclasses.replace(scheme, preset=None)}) reproduces it"
+    return out
+
+
 def grid_note(types: Counter[str] | dict[str, int]) -> str:
-    """A sentence saying which quantized grids the source tensors sit on ("" when all are float)."""
+    """A sentence saying which quantized grids the source tensors sit on, and which precisionlab scheme holds
+    each one ("" when all are float)."""
     quantized = {name: count for name, count in types.items() if name not in ("F32", "F16", "BF16", "F64")}
     if not quantized:
         return ""
-    parts = [f"{count} × {name} ({GGML_GRIDS.get(name, 'llama.cpp block format')})"
-             for name, count in sorted(quantized.items(), key=lambda item: -item[1])]
+    presets = source_presets()
+    parts = []
+    for name, count in sorted(quantized.items(), key=lambda item: -item[1]):
+        described = GGML_GRIDS.get(name, "llama.cpp block format")
+        if name in presets:
+            described += f"; {presets[name]}"
+        parts.append(f"{count} × {name} ({described})")
     return ("the source weights are already quantized: " + ", ".join(parts) + "; the float reference is their "
-            "dequantized values, so a scheme whose grid holds them reproduces them exactly (re-quantizing with "
-            "llama.cpp's own Q4_1 rule is lossless) and its comparison measures nothing")
+            "dequantized values, so a scheme whose grid holds them reproduces them exactly and its comparison "
+            "measures nothing (the 'source grid' column says which schemes do)")
 
 
 # --------------------------------------------------------------------------- fingerprints

@@ -27,6 +27,14 @@ Bytes (`model_bytes`): each quantized tensor's `QuantizedTensor.nbytes` (codes, 
 points, padding) plus every other parameter at its stored width (element_size), each tensor
 once. Buffers (rotary tables, position ids) are not weights and are not counted.
 
+Memory (`spill_dir`). By default the originals stay in memory to be restored, so a quantized
+model holds its selected weights twice. With `spill_dir`, each original is written there
+(one safetensors file per weight, through the safetensors library) and the dequantized values
+are copied into the weight's own storage; `restore()` reads the files back into place, and
+`report.original(parameter)` reads one when it is needed (the eval runner's layer-output
+error). The model is then held once: a weight memory-mapped from a checkpoint (transformers'
+safetensors loading, private and copy-on-write) trades its file pages for the written ones.
+
 Errors per layer (sums in float64): rel_err = ||W_hat - W|| / ||W||, SQNR = 10 log10(sum W^2 / sum (W_hat - W)^2);
 the report's totals pool the sums over the quantized layers. `unchanged` marks a layer the
 scheme reproduced bit for bit: its grid already holds the weights (see models.loading's grid caveat).
@@ -40,6 +48,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -101,6 +110,7 @@ class QuantizationReport:
     """Every parameter at its stored width (the model before quantization)."""
     seconds: float
     _originals: list[tuple[Any, Any]] = field(default_factory=list, repr=False)
+    """(parameter, its original tensor, or the Path of the file holding it when spilled)."""
 
     @property
     def quantized(self) -> list[LayerRecord]:
@@ -157,14 +167,26 @@ class QuantizationReport:
         return lines
 
     @property
+    def replaced(self) -> list[Any]:
+        """Every weight parameter replaced and not yet restored."""
+        return [parameter for parameter, _ in self._originals]
+
+    def original(self, parameter: Any) -> Any:
+        """The original tensor of a replaced weight (read from its file when spilled); KeyError otherwise."""
+        for param, original in self._originals:
+            if param is parameter:
+                return _read_spilled(original) if isinstance(original, Path) else original
+        raise KeyError("this parameter was not replaced by the report's scheme")
+
+    @property
     def originals(self) -> list[tuple[Any, Any]]:
-        """(parameter, its original tensor) for every weight replaced and not yet restored."""
-        return list(self._originals)
+        """(parameter, its original tensor) for every weight replaced and not yet restored (spilled ones are
+        read back: prefer `original(parameter)` one at a time)."""
+        return [(param, self.original(param)) for param, _ in self._originals]
 
     def restore(self) -> None:
-        """Put the original weights back (idempotent)."""
-        for parameter, original in self._originals:
-            parameter.data = original
+        """Put the original weights back (idempotent); a spilled one is copied back into its storage."""
+        _put_back(self._originals)
         self._originals.clear()
 
 
@@ -209,10 +231,11 @@ def _tied_names(model: Any) -> dict[int, list[str]]:
 
 # --------------------------------------------------------------------------- quantize
 def quantize_weights(model: Any, scheme: str, include: Sequence[str] = (),
-                     exclude: Sequence[str] | None = None) -> QuantizationReport:
+                     exclude: Sequence[str] | None = None, spill_dir: Path | None = None) -> QuantizationReport:
     """Replace every selected weight in place by its dequantized values; `report.restore()` undoes it.
 
-    `model` is a torch nn.Module or a LoadedModel (its .model is used)."""
+    `model` is a torch nn.Module or a LoadedModel (its .model is used); `spill_dir` keeps the originals on
+    disk instead of in memory (see the module docstring)."""
     torch = peers.torch()
     module_tree = getattr(model, "model", model) if not isinstance(model, torch.nn.Module) else model
     canonical = str(parse_scheme(scheme))
@@ -235,12 +258,17 @@ def quantize_weights(model: Any, scheme: str, include: Sequence[str] = (),
             records.append(record)
             done[key] = record
             if new is not None:
-                originals.append((weight, weight.data))
-                weight.data = new
+                if spill_dir is None:
+                    originals.append((weight, weight.data))
+                    weight.data = new
+                else:
+                    path = _spill(weight.data, Path(spill_dir), len(originals))
+                    originals.append((weight, path))
+                    with torch.no_grad():
+                        weight.data.copy_(new)
                 quantized_bytes[key] = record.nbytes
     except BaseException:
-        for parameter, original in originals:
-            parameter.data = original
+        _put_back(originals)
         raise
     parameters = unique_parameters(module_tree)
     reference = sum(p.numel() * p.element_size() for p in parameters)
@@ -280,6 +308,35 @@ def _quantize_one(name: str, kind: str, weight: Any, scheme: str) -> tuple[Layer
     return record, new
 
 
+def _spill(tensor: Any, directory: Path, index: int) -> Path:
+    """Write one original weight to directory/original_<index>.safetensors (exact, any dtype)."""
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"original_{index}.safetensors"
+    save_file({"weight": tensor.detach().contiguous()}, str(path))
+    return path
+
+
+def _read_spilled(path: Path) -> Any:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))["weight"]
+
+
+def _put_back(originals: list[tuple[Any, Any]]) -> None:
+    """Restore each weight: an in-memory original becomes the parameter's data again; a spilled one is read
+    and copied into the parameter's storage, and its file removed."""
+    torch = peers.torch()
+    for parameter, original in originals:
+        if isinstance(original, Path):
+            with torch.no_grad():
+                parameter.data.copy_(_read_spilled(original))
+            original.unlink(missing_ok=True)
+        else:
+            parameter.data = original
+
+
 def _sums(reference: np.ndarray, values: np.ndarray) -> tuple[float, float]:
     """(sum W^2, sum (W_hat - W)^2): differences in float32 (relative error <= 2^-24 each, exact when the
     two are within a factor of 2), both sums accumulated in float64 (einsum casts chunk by chunk, so no
@@ -293,9 +350,10 @@ def _sums(reference: np.ndarray, values: np.ndarray) -> tuple[float, float]:
 
 @contextlib.contextmanager
 def quantized_weights(model: Any, scheme: str, include: Sequence[str] = (),
-                      exclude: Sequence[str] | None = None) -> Iterator[QuantizationReport]:
+                      exclude: Sequence[str] | None = None, spill_dir: Path | None = None
+                      ) -> Iterator[QuantizationReport]:
     """Context manager form of quantize_weights: the original weights are back on exit."""
-    report = quantize_weights(model, scheme, include, exclude)
+    report = quantize_weights(model, scheme, include, exclude, spill_dir)
     try:
         yield report
     finally:
