@@ -223,6 +223,11 @@ def overflow_option() -> Callable[[F], F]:
                              f"{kind.help_text()}.")
 
 
+def split_commas(values: tuple[str, ...]) -> list[str]:
+    """Items of a repeatable, comma-separated option: ("a,b", "c") -> ["a", "b", "c"] (blanks dropped)."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 def parse_real(text: str, what: str, allow_infinity: bool = True) -> float:
     """A decimal number exactly as float64 reads it, refusing what float64 would silently change.
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options
+from precisionlab.cli.common import emit, lab_output_options, split_commas
 
 
 class StepProgress:
@@ -63,10 +63,6 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-def _split(values: tuple[str, ...]) -> list[str]:
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
 @click.command("eval")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True,
               help="A packaged name (smollm2-135m, minilm-l6), a Hugging Face directory, a .gguf file or a hub id.")
@@ -110,12 +106,12 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
     from precisionlab.labs import eval as eval_lab
     from precisionlab.models import load_model, peers
 
-    chosen = _split(schemes) or list(eval_lab.DEFAULT_SCHEMES)
+    chosen = split_commas(schemes) or list(eval_lab.DEFAULT_SCHEMES)
     parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
     check_max_drop(max_drop)
     check_resamples(resamples)
     task_sizes(size)
-    task_names = _split(tasks)
+    task_names = split_commas(tasks)
     check_task_names(task_names)
     excluded: list[str] | None = None
     if exclude:

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options
+from precisionlab.cli.common import emit, lab_output_options, split_commas
 from precisionlab.results import Scalar
 
 
@@ -46,7 +46,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
             max_examples: int | None, blocks: str | None, calib_size: int, seed: int, resamples: int,
             threads: int | None, as_json: bool, out_dir: Path | None) -> None:
     """Climb from the cheapest quantization at --target to the first step that passes the evaluation."""
-    from precisionlab.cli.eval import StepProgress, _split
+    from precisionlab.cli.eval import StepProgress
     from precisionlab.cli.ptq import parse_blocks
     from precisionlab.eval.runner import check_max_drop, check_resamples
     from precisionlab.eval.tasks import check_task_names
@@ -55,7 +55,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     steps = ladder_steps(target)
     check_max_drop(max_drop)
     check_resamples(resamples)
-    task_names = _split(tasks) or ["ppl"]
+    task_names = split_commas(tasks) or ["ppl"]
     check_task_names(task_names)
     block_ids = parse_blocks(blocks)
     if examples is not None:

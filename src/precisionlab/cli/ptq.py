@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, split_commas
 from precisionlab.results import Scalar
 
 METHOD_NAMES = ("rtn", "gptq", "awq", "smoothquant", "llm_int8", "kivi")
@@ -169,7 +169,7 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
             settings: tuple[str, ...], eval_tasks: tuple[str, ...], max_drop: float, eval_size: float,
             no_eval: bool, save_path: Path | None, threads: int | None, as_json: bool, out_dir: Path | None) -> None:
     """One PTQ method, layer by layer against RTN, then task-level evaluation of the quantized model."""
-    from precisionlab.cli.eval import StepProgress, _split
+    from precisionlab.cli.eval import StepProgress
     from precisionlab.eval.data import task_sizes
     from precisionlab.eval.runner import check_max_drop
     from precisionlab.eval.tasks import check_task_names
@@ -183,7 +183,7 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
         raise ValueError(f"--calib-size must be a positive number of tokens, got {calib_size}")
     check_max_drop(max_drop)
     task_sizes(eval_size)
-    task_names = _split(eval_tasks) or ["ppl"]
+    task_names = split_commas(eval_tasks) or ["ppl"]
     check_task_names(task_names)
     if save_path is not None:
         if save_path.suffix != ".safetensors":

@@ -16,7 +16,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress
+from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, positive_int, progress, split_commas
 
 
 @contextlib.contextmanager
@@ -78,12 +78,8 @@ def make_selection(include: tuple[str, ...], exclude: tuple[str, ...], min_size:
                    matrices_only: bool) -> Any:
     from precisionlab.labs.quant_compare import Selection
 
-    return Selection(include=tuple(split_patterns(include)), exclude=tuple(split_patterns(exclude)),
+    return Selection(include=tuple(split_commas(include)), exclude=tuple(split_commas(exclude)),
                      min_size=min_size, matrices_only=matrices_only, keep_embeddings=keep_embeddings)
-
-
-def split_patterns(values: tuple[str, ...]) -> list[str]:
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
 @click.group("quant")
