@@ -13,7 +13,7 @@ interleaved rounds after one warm-up call each, and medians are compared. Sectio
   small       time per call at n = 1, 10, 100, 256, 1000 and 10^4 against ml_dtypes (numpy's cast for
               fp16), alternated call by call.
   float64     float64 input against float32 input, for every format of 8 bits or fewer
-              (ml_dtypes and torch round float64 twice, through float32, so they are not timed).
+              (torch, and ml_dtypes before 0.7, round float64 twice, through float32, so they are not timed).
   threads     the chunk kernels on one thread and on the pool (PRECISIONLAB_THREADS, else the
               CPUs), 2^18 to 2^26 elements, and the smallest size where the pool was faster.
   p3109       the IEEE P3109 formats and the rounding modes against precisionlab's own e4m3
