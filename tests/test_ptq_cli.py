@@ -141,8 +141,8 @@ def test_a_prepared_candidate_installs_counts_and_restores(tiny) -> None:  # typ
     report.restore()
     for n, p in tiny.named_parameters():
         assert torch.equal(p.detach(), before[n]), n
-    with pytest.raises(ValueError, match="not installable as weights"):
-        ptq_candidate(type(result)("smoothquant", "int8", []))
+    with pytest.raises(ValueError, match="no evaluation candidate for PTQ method 'bogus'"):
+        ptq_candidate(type(result)("bogus", "int8", []))
 
 
 # --------------------------------------------------------------------------- a real run
