@@ -31,12 +31,12 @@ def _batches(n: int = 3, length: int = 48) -> list[Any]:
 IDS = torch.randint(0, 128, (2, 80), generator=torch.Generator().manual_seed(5))
 
 
-def _run(model: Any, method: str, scheme: str | None, **options: Any) -> Any:
+def _run(model: Any, method: str, scheme: str | None, blocks: tuple[int, ...] = (0,), **options: Any) -> Any:
     from precisionlab.ptq import CalibrationWarning, run_method
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
-        return run_method(model, method, scheme, _batches(), blocks=[0], options=options or None)
+        return run_method(model, method, scheme, _batches(), blocks=list(blocks), options=options or None)
 
 
 def _logits(model: Any, ids: Any = IDS) -> Any:
@@ -191,16 +191,23 @@ def test_smoothquant_layer_output_is_the_w8a8_formula_on_the_smoothed_input(tiny
     assert np.linalg.norm(y - expected) < np.linalg.norm(plain - expected) / 10
 
 
-def test_kivi_candidate_equals_decoding_over_the_kivi_cache(tiny) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("blocks", [(0, 1), (1,)])
+def test_kivi_candidate_equals_decoding_over_the_kivi_cache(tiny, blocks: tuple[int, ...]) -> None:  # type: ignore[no-untyped-def]
     """One forward with the candidate installed equals prefilling one token and decoding the rest one at a time
-    over make_kivi_cache (transformers' own cache path, the KIVI layer storing the quantized states)."""
+    over make_kivi_cache (transformers' own cache path, the KIVI layer storing the quantized states); with some
+    blocks selected, the cache's other layers are plain full-precision ones."""
+    from transformers.cache_utils import Cache, DynamicLayer
+
     from precisionlab.models.hooks import cache_kwargs
     from precisionlab.ptq.install import ptq_candidate
     from precisionlab.ptq.kivi import KIVIConfig, make_kivi_cache, teacher_forced_logits
 
-    result = _run(tiny, "kivi", "int2", group=16, residual=16)
+    result = _run(tiny, "kivi", "int2", blocks, group=16, residual=16)
+    assert [r.name for r in result.layers] == [f"model.layers.{b}.self_attn" for b in blocks]
     ids = IDS[:1]
-    decoded = teacher_forced_logits(tiny, ids, 1, make_kivi_cache(tiny, KIVIConfig(2, 16, 16)))
+    kivi_layers = make_kivi_cache(tiny, KIVIConfig(2, 16, 16)).layers
+    cache = Cache(layers=[kivi_layers[i] if i in blocks else DynamicLayer() for i in range(2)])
+    decoded = teacher_forced_logits(tiny, ids, 1, cache)
     report = ptq_candidate(result).prepare(tiny, (), None)
     try:
         one_pass = _logits(tiny, ids)[0, : ids.shape[1] - 1]

@@ -214,10 +214,11 @@ def llm_int8_forward(model: Any, result: Any, sources: Mapping[str, np.ndarray] 
 
 @contextlib.contextmanager
 def kivi_forward(model: Any, result: Any) -> Iterator[None]:
-    """The attention of decoding over a KIVI cache (result's bits, group, residual) after a one-token prefill."""
+    """The attention of decoding over a KIVI cache (result's bits, group, residual) after a one-token prefill, in
+    the result's attention layers (the selected blocks'); the others attend in full precision."""
     from precisionlab.ptq.kivi import kivi_attention, kivi_config
 
     options = result.options
     config = kivi_config(result.scheme, int(options.get("group", 32)), int(options.get("residual", 32)))
-    with kivi_attention(model, config, prefill=KIVI_PREFILL):
+    with kivi_attention(model, config, prefill=KIVI_PREFILL, modules=[r.name for r in result.layers]):
         yield
