@@ -244,3 +244,24 @@ def test_kivi_with_a_window_longer_than_the_text_is_the_float_model_in_fp16(tiny
     finally:
         report.restore()
     assert (quantized - float_logits).abs().max() > 10 * (got - float_logits).abs().max()
+
+
+def test_smoothquants_layer_output_reference_is_in_the_folded_coordinates(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The runner compares a changed layer against report.original(weight) on the input the layer sees; a smoothed
+    layer sees X diag(1/s), so its reference is W diag(s) (computed here from the float weight and the scales)."""
+    from precisionlab.ptq.install import ptq_candidate
+
+    result = _run(tiny, "smoothquant", "int8")
+    modules = dict(tiny.named_modules())
+    group, scales = result.folds[0]
+    name = group.layers[0]
+    expected = (modules[name].weight.detach().double() * torch.as_tensor(scales)[None, :]).float()
+    unfolded = "model.layers.0.self_attn.o_proj"  # follows no norm: not smoothed, the original itself
+    assert unfolded not in group.layers
+    original = modules[unfolded].weight.detach().clone()
+    report = ptq_candidate(result).prepare(tiny, (), None)
+    try:
+        assert torch.equal(report.original(modules[name].weight), expected)
+        assert torch.equal(report.original(modules[unfolded].weight), original)
+    finally:
+        report.restore()

@@ -122,8 +122,8 @@ def check_calibration(calib_docs: list[Any], task_names: list[str]) -> None:
 EVAL_NOTES = {
     "smoothquant": "smoothquant: the smoothing scales folded into the norms, the W8A8 weights, and per-token dynamic "
                    "activation quantization of every selected linear's input; baseline: the same W8A8 without "
-                   "smoothing. The evaluation's layer-output error of a smoothed layer compares against the original "
-                   "weight on the smoothed, quantized input: read the per-layer table above for the method's error.",
+                   "smoothing. The evaluation's layer-output error is the weights' part (the input is quantized "
+                   "before it is measured): the per-layer table above has the method's whole error.",
     "llm_int8": "llm_int8: every selected linear computes the int8 + fp16-outlier decomposition (outlier columns found "
                 "per forward at the threshold); baseline: plain int8 (row-wise weights, per-token activations).",
     "kivi": "kivi: perplexity only, each text in one forward whose attention equals decoding it token by token over "

@@ -59,6 +59,13 @@ class InstalledReport(QuantizationReport):
     """A QuantizationReport whose restore() first exits the installed forward-time behaviour."""
 
     _forward: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    _references: dict[int, Any] = field(default_factory=dict, repr=False)
+    """id(parameter) -> the weight a layer-output error compares against, where it is not the original: a
+    smoothed layer's original weight in the folded coordinates (W diag s), since its input is X diag(1/s)."""
+
+    def original(self, parameter: Any) -> Any:
+        reference = self._references.get(id(parameter))
+        return reference if reference is not None else super().original(parameter)
 
     def restore(self) -> None:
         try:
@@ -142,9 +149,25 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
             modules = dict(model.named_modules())  # the original weights, before the int8 ones are written
             sources = {n: modules[n].weight.detach().float().numpy().copy() for n in result.quantized}
             behaviour = lambda m: llm_int8_forward(m, result, sources)  # noqa: E731
-        return install(model, change, stored, label or f"{result.method} {result.scheme}", behaviour)
+        references = folded_references(model, result) if result.method == "smoothquant" else {}
+        report = install(model, change, stored, label or f"{result.method} {result.scheme}", behaviour)
+        report._references.update(references)
+        return report
 
     return Candidate(result.scheme, name=name, prepare=prepare)
+
+
+def folded_references(model: Any, result: Any) -> dict[int, Any]:
+    """id(weight) -> W diag(s) for every layer a fold of `result` scales (before anything is written)."""
+    torch = require_torch("installing weights")
+    modules = dict(model.named_modules())
+    out: dict[int, Any] = {}
+    for group, scales in result.folds:
+        s = torch.as_tensor(scales, dtype=torch.float64)
+        for name in group.layers:
+            weight = modules[name].weight
+            out[id(weight)] = (weight.detach().double() * s[None, :]).to(weight.dtype)
+    return out
 
 
 def forward_behaviour(result: Any) -> Forward | None:
