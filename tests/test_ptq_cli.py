@@ -28,6 +28,8 @@ from tests.test_eval_cli import one_line_error
     (("--method", "llm_int8", "--save", "w.safetensors"), "--save writes weights; llm_int8"),
     (("--method", "rtn", "--scheme", "int4", "--calib-data", "missing.txt"), "--calib-data: no such file"),
     (("--method", "rtn", "--scheme", "int9"), "unknown element or preset 'int9'"),
+    (("--method", "kivi", "--scheme", "int4", "--eval-tasks", "ppl,choice"), "kivi's task-level evaluation scores "
+                                                                             "perplexity only"),
 ])
 def test_ptq_bad_input_is_one_line_before_loading(run_cli, args: tuple[str, ...], message: str) -> None:  # type: ignore[no-untyped-def]
     one_line_error(run_cli("ptq", "--model", "no-such-model", *args), message)
@@ -141,8 +143,8 @@ def test_a_prepared_candidate_installs_counts_and_restores(tiny) -> None:  # typ
     report.restore()
     for n, p in tiny.named_parameters():
         assert torch.equal(p.detach(), before[n]), n
-    with pytest.raises(ValueError, match="not installable as weights"):
-        ptq_candidate(type(result)("smoothquant", "int8", []))
+    with pytest.raises(ValueError, match="no evaluation candidate for PTQ method 'bogus'"):
+        ptq_candidate(type(result)("bogus", "int8", []))
 
 
 # --------------------------------------------------------------------------- a real run
@@ -162,6 +164,33 @@ def test_ptq_json_keys_on_smollm2(run_cli, tmp_path: Path) -> None:  # type: ign
     assert f[f"ptq.gptq.layers.{name}.output_error"] < f[f"ptq.rtn.layers.{name}.output_error"]
     assert "256 calibration tokens for 576 inputs" in out.stderr and "warning: " in out.stderr
     assert [s["key"] for s in data["sections"]][:2] == ["layers", "summary"]
+
+
+@pytest.mark.parametrize(("method", "scheme", "baseline"), [
+    ("llm_int8", "int8", "int8:row:scale=fp32+act=int8:row:scale=fp32"),
+    pytest.param("smoothquant", "int8", "int8+act=int8:row", marks=pytest.mark.slow),
+    pytest.param("kivi", "int4", None, marks=pytest.mark.slow),
+])
+def test_ptq_evaluates_the_forward_time_methods_on_smollm2(run_cli, method: str, scheme: str,
+                                                           baseline: str | None) -> None:  # type: ignore[no-untyped-def]
+    """The task table of a method that changes the forward computation: difference, CI and verdict for the
+    method and its baseline, and the note of what was installed (no 'not run' message)."""
+    from tests.model_helpers import smollm2
+
+    smollm2()
+    out = run_cli("ptq", "--method", method, "--scheme", scheme, "--blocks", "0", "--calib-size", "256",
+                  "--eval-size", "0.25", "--threads", "1", "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    f = data["findings"]
+    label = next(k.split(".", 2)[2].rsplit(".", 1)[0] for k in f if k.startswith(f"eval.ppl.{method}:")
+                 and k.endswith(".verdict"))
+    for name in [label] + ([baseline] if baseline else []):
+        assert f[f"eval.ppl.{name}.verdict"] in ("pass", "fail", "inconclusive")
+        assert f[f"eval.ppl.{name}.ci_low"] <= f[f"eval.ppl.{name}.difference"] <= f[f"eval.ppl.{name}.ci_high"]
+    assert f[f"eval.ppl.{label}.ppl"] != f["eval.ppl.reference.ppl"]  # the forward-time part is installed
+    notes = [row[0] for s in data["sections"] if s["key"] == "eval_skipped" for row in s["rows"]]
+    assert notes and notes[0].startswith(f"{method}:") and "not run" not in out.stdout
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """`precisionlab ptq`: one post-training quantization method on a real model, measured layer by layer against
-round-to-nearest, then (weight-only methods) evaluated at task level against the float model.
+its baseline, then evaluated at task level against the float model: the method's weights and, for smoothquant,
+llm_int8 and kivi, its forward-time behaviour installed (ptq.install), beside the baseline as a candidate.
 
     precisionlab ptq --model smollm2-135m --method gptq --scheme int4:g128 --blocks 0,1 \\
         [--calib-data builtin|FILE] [--calib-size 2048] [--set damp=0.02] [--eval-tasks ppl] [--max-drop 1.0] \\
@@ -118,6 +119,32 @@ def check_calibration(calib_docs: list[Any], task_names: list[str]) -> None:
         raise ValueError(f"--calib-data overlaps the evaluation data, refused: {exc}") from None
 
 
+EVAL_NOTES = {
+    "smoothquant": "smoothquant: the smoothing scales folded into the norms, the W8A8 weights, and per-token dynamic "
+                   "activation quantization of every selected linear's input; baseline: the same W8A8 without "
+                   "smoothing. The evaluation's layer-output error is the weights' part (the input is quantized "
+                   "before it is measured): the per-layer table above has the method's whole error.",
+    "llm_int8": "llm_int8: every selected linear computes the int8 + fp16-outlier decomposition (outlier columns found "
+                "per forward at the threshold); baseline: plain int8 (row-wise weights, per-token activations).",
+    "kivi": "kivi: perplexity only, each text in one forward whose attention equals decoding it token by token over "
+            "the KIVI cache after a one-token prefill (keys per channel, values per token, the residual window in "
+            "fp16); model bytes are the weights' (unchanged): the cache's bytes are in the summary.",
+}
+"""What the task-level evaluation installs, for the methods that change the forward computation."""
+
+
+def check_kivi_tasks(task_names: list[str]) -> None:
+    """ValueError unless every task is perplexity (ppl or a text file): KIVI's candidate scores whole texts."""
+    from precisionlab.eval import data
+
+    for name in task_names:
+        kind = name if name in ("ppl", "choice", "generate", "retrieval") else data.load_task_file(name)[0]
+        if kind != "ppl":
+            raise ValueError(f"--eval-tasks {name}: kivi's task-level evaluation scores perplexity only (whole "
+                             "texts with the attention of decoding over the KIVI cache); use ppl or a text file, or "
+                             "--no-eval")
+
+
 def load_causal_lm(model: str, command: str, progress: Any) -> Any:
     """The loaded model, or ValueError when it is not a causal LM (`command` names the command)."""
     from precisionlab.models import load_model
@@ -200,7 +227,9 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
         from precisionlab.models import peers
 
         peers.torch().set_num_threads(threads)
-    evaluate_tasks = not no_eval and method in WEIGHT_ONLY
+    evaluate_tasks = not no_eval
+    if evaluate_tasks and method == "kivi":
+        check_kivi_tasks(task_names)
     with StepProgress() as progress:
         result, evaluation, lines = _run(model, method, canonical, block_ids, calib_docs, calib_size, options,
                                          task_names if evaluate_tasks else None, max_drop, eval_size, progress)
@@ -208,13 +237,7 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
             save_weights(result, save_path, progress)
     for line in lines:
         click.echo(f"warning: {line}", err=True)
-    eval_note = ""
-    if no_eval:
-        eval_note = "skipped (--no-eval)"
-    elif method not in WEIGHT_ONLY:
-        eval_note = (f"not run: {method} quantizes activations or the KV cache at run time, which the evaluation "
-                     "cannot install yet; its layer-level numbers are above" + (" and its KL on long text in the "
-                                                                                "summary" if method == "kivi" else ""))
+    eval_note = "skipped (--no-eval)" if no_eval else EVAL_NOTES.get(method, "")
     params: dict[str, Scalar] = {"model": model, "method": method, "scheme": canonical, "blocks": blocks or "all",
               "calib_data": calib_data, "calib_size": calib_size, "options": ",".join(settings),
               "eval_tasks": ",".join(task_names) if evaluate_tasks else "", "max_drop": float(max_drop),
@@ -255,7 +278,8 @@ def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, cali
 
 def evaluate_result(loaded: Any, result: Any, block_ids: list[int] | None, task_names: list[str], max_drop: float,
                     eval_size: float, progress: Any = None) -> Any:
-    """The PTQ'd model and RTN of the same scheme on the same layers, each paired against the float model."""
+    """The PTQ'd model and its baseline on the same layers (gptq / awq: RTN of the scheme; smoothquant: W8A8 without
+    smoothing; llm_int8: plain int8 weights and activations; kivi: none), each paired against the float model."""
     from precisionlab.eval.candidates import Candidate
     from precisionlab.eval.runner import evaluate
     from precisionlab.eval.tasks import resolve_tasks
@@ -267,8 +291,13 @@ def evaluate_result(loaded: Any, result: Any, block_ids: list[int] | None, task_
     chosen = block_ids if block_ids is not None else range(len(all_blocks))
     include = [f"{prefix}.{b}.*" for b in chosen]
     candidates = [ptq_candidate(result)]
-    if result.method != "rtn":
+    if result.method in ("gptq", "awq"):
         candidates.append(Candidate(result.scheme, name=f"rtn:{result.scheme}"))
+    elif result.method == "smoothquant":
+        act = str(result.options["act_scheme"])
+        candidates.append(Candidate(result.scheme, act=act))
+    elif result.method == "llm_int8":
+        candidates.append(Candidate(result.scheme, act=result.scheme))
     return evaluate(loaded, candidates, specs, max_drop, include, None, progress=progress)
 
 

@@ -14,25 +14,73 @@ new weight against the original, and `unchanged` when the new weight equals it b
 every other parameter at its stored width, each tensor once.
 
     candidate = ptq_candidate(result)    # an eval Candidate that installs a PTQResult
+
+A method that changes the forward computation installs that too, as `forward(model)`, a context
+manager entered after the weights are written and exited by `restore()` before they go back:
+
+    rtn, gptq, awq   weights only (and AWQ's folds into the norms)
+    smoothquant      the smoothing scales folded into the norms, the W8A8 weights (in the folded
+                     coordinates), and per-token dynamic activation quantization of each selected
+                     linear's input (models.hooks.activation_quantization, the result's act_scheme)
+    llm_int8         the int8 row-wise weights, and each selected linear's forward replaced by the
+                     int8 + fp16-outlier decomposition (ptq.llm_int8.llm_int8_matmul, outliers found
+                     per call at the result's threshold)
+    kivi             no weight changes; the attention runs as decoding over a KIVI cache would
+                     (ptq.kivi.kivi_attention with prefill 1: the first token, the BOS / prefix
+                     every perplexity sequence starts with, is the prefill; every later position
+                     t attends to tokens 0..t as KIVI's cache holds them when t is decoded), for
+                     forward passes over whole texts without a cache (the perplexity task); a
+                     forward that uses a cache (choice, generate) is refused by that attention
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from precisionlab.models.weights import QuantizationReport
 from precisionlab.ptq.peers import require_torch
 
+Forward = Callable[[Any], AbstractContextManager[Any]]
+KIVI_PREFILL = 1
+"""Tokens prefilled in full precision before KIVI's decoding starts: the sequence's first (BOS / prefix) token."""
 
-def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str, int], label: str) -> Any:
-    """Apply `change(model)` and return a QuantizationReport that can undo it (see the module docstring)."""
+
+@dataclass
+class InstalledReport(QuantizationReport):
+    """A QuantizationReport whose restore() first exits the installed forward-time behaviour."""
+
+    _forward: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+    _references: dict[int, Any] = field(default_factory=dict, repr=False)
+    """id(parameter) -> the weight a layer-output error compares against, where it is not the original: a
+    smoothed layer's original weight in the folded coordinates (W diag s), since its input is X diag(1/s)."""
+
+    def original(self, parameter: Any) -> Any:
+        reference = self._references.get(id(parameter))
+        return reference if reference is not None else super().original(parameter)
+
+    def restore(self) -> None:
+        try:
+            self._forward.close()
+        finally:
+            super().restore()
+
+
+def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str, int], label: str,
+            forward: Forward | None = None) -> Any:
+    """Apply `change(model)`, enter `forward(model)` when given, and return a QuantizationReport that undoes
+    both (see the module docstring)."""
     torch = require_torch("installing weights")
     from precisionlab.models.loading import unique_parameters
-    from precisionlab.models.weights import QuantizationReport, layer_kind
+    from precisionlab.models.weights import layer_kind
 
     start = time.perf_counter()
     parameters = unique_parameters(model)
@@ -59,8 +107,15 @@ def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str
         bytes_by_param[id(weight)] = int(nbytes)
     reference = sum(p.numel() * p.element_size() for p in parameters)
     model_bytes = sum(bytes_by_param.get(id(p), p.numel() * p.element_size()) for p in parameters)
-    return QuantizationReport(label, records, model_bytes, reference, time.perf_counter() - start,
-                              _originals=changed)
+    report = InstalledReport(label, records, model_bytes, reference, time.perf_counter() - start,
+                             _originals=changed)
+    if forward is not None:
+        try:
+            report._forward.enter_context(forward(model))
+        except BaseException:
+            report.restore()
+            raise
+    return report
 
 
 def _record(name: str, kind: str, old: Any, new: Any, nbytes: int) -> Any:
@@ -77,17 +132,116 @@ def _record(name: str, kind: str, old: Any, new: Any, nbytes: int) -> Any:
 
 
 def ptq_candidate(result: Any, label: str | None = None) -> Any:
-    """An eval Candidate that installs `result` (a weight-only PTQResult: rtn, gptq, awq) with its stored bytes.
+    """An eval Candidate that installs `result` (any method's PTQResult) with its stored bytes and, for
+    smoothquant / llm_int8 / kivi, its forward-time behaviour (see the module docstring).
 
     The include / exclude patterns of the evaluation do not apply: the result's own layers are what change."""
     from precisionlab.eval.candidates import Candidate
 
-    if result.method not in ("rtn", "gptq", "awq"):
-        raise ValueError(f"{result.method} also quantizes activations or the KV cache at run time: its task-level "
-                         "evaluation is not installable as weights")
     stored = {name: q.nbytes for name, q in result.quantized.items()}
+    name = label or f"{result.method}:{result.scheme}"
+    forward = forward_behaviour(result)
+    change = (lambda model: None) if result.method == "kivi" else result.apply_weights
 
     def prepare(model: Any, include: Sequence[str], exclude: Sequence[str] | None) -> Any:
-        return install(model, result.apply, stored, label or f"{result.method} {result.scheme}")
+        behaviour = forward
+        if result.method == "llm_int8" and result.options.get("outlier_weights") == "fp16":
+            modules = dict(model.named_modules())  # the original weights, before the int8 ones are written
+            sources = {n: modules[n].weight.detach().float().numpy().copy() for n in result.quantized}
+            behaviour = lambda m: llm_int8_forward(m, result, sources)  # noqa: E731
+        references = folded_references(model, result) if result.method == "smoothquant" else {}
+        report = install(model, change, stored, label or f"{result.method} {result.scheme}", behaviour)
+        report._references.update(references)
+        return report
 
-    return Candidate(result.scheme, name=label or f"{result.method}:{result.scheme}", prepare=prepare)
+    return Candidate(result.scheme, name=name, prepare=prepare)
+
+
+def folded_references(model: Any, result: Any) -> dict[int, Any]:
+    """id(weight) -> W diag(s) for every layer a fold of `result` scales (before anything is written)."""
+    torch = require_torch("installing weights")
+    modules = dict(model.named_modules())
+    out: dict[int, Any] = {}
+    for group, scales in result.folds:
+        s = torch.as_tensor(scales, dtype=torch.float64)
+        for name in group.layers:
+            weight = modules[name].weight
+            out[id(weight)] = (weight.detach().double() * s[None, :]).to(weight.dtype)
+    return out
+
+
+def forward_behaviour(result: Any) -> Forward | None:
+    """The context manager factory that installs what `result`'s method does at forward time (None: weights only)."""
+    if result.method in ("rtn", "gptq", "awq"):
+        return None
+    if result.method == "smoothquant":
+        return lambda model: smoothquant_activations(model, result)
+    if result.method == "llm_int8":
+        return lambda model: llm_int8_forward(model, result)
+    if result.method == "kivi":
+        return lambda model: kivi_forward(model, result)
+    raise ValueError(f"no evaluation candidate for PTQ method {result.method!r}")
+
+
+@contextlib.contextmanager
+def smoothquant_activations(model: Any, result: Any) -> Iterator[list[str]]:
+    """Per-token (the result's act_scheme) dynamic quantization of each of the result's layers' inputs."""
+    from precisionlab.models.hooks import activation_quantization
+
+    names = sorted(result.quantized)
+    if not names:
+        raise ValueError("the SmoothQuant result quantized no layer")
+    with activation_quantization(model, str(result.options["act_scheme"]), names, ()) as layers:
+        yield layers
+
+
+@contextlib.contextmanager
+def llm_int8_forward(model: Any, result: Any, sources: Mapping[str, np.ndarray] | None = None) -> Iterator[list[str]]:
+    """Each of the result's layers computes Y = llm_int8_matmul(X, W, threshold, its int8 weight) + b.
+
+    The fp16 outlier columns multiply the int8 weight dequantized (the default) or, with
+    outlier_weights="fp16", `sources[name]`: the original weight (ptq_candidate takes it before the int8
+    weights are written)."""
+    torch = require_torch("LLM.int8()")
+    from precisionlab.ptq.llm_int8 import THRESHOLD, llm_int8_matmul
+
+    threshold = float(result.options.get("threshold", THRESHOLD))
+    outlier_weights = str(result.options.get("outlier_weights", "int8"))
+    modules = dict(model.named_modules())
+    replaced: list[Any] = []
+
+    def make(module: Any, weight_q: Any, source: np.ndarray) -> Callable[..., Any]:
+        def forward(self: Any, x: Any) -> Any:
+            flat = x.detach().reshape(-1, x.shape[-1]).float().cpu().numpy()
+            y = llm_int8_matmul(flat, source, threshold, weight_q, outlier_weights).output
+            out = torch.from_numpy(y).to(device=x.device, dtype=x.dtype).reshape(*x.shape[:-1], y.shape[-1])
+            return out if self.bias is None else out + self.bias
+
+        return forward
+
+    try:
+        for name, weight_q in result.quantized.items():
+            module = modules[name]
+            if "forward" in vars(module):
+                raise ValueError(f"{name} already has its forward replaced; refusing to replace it again")
+            if outlier_weights == "fp16" and (sources is None or name not in sources):
+                raise ValueError(f"outlier_weights='fp16' needs the original weight of {name}")
+            source = sources[name] if sources is not None and name in sources else weight_q.dequantize()
+            module.forward = types.MethodType(make(module, weight_q, np.asarray(source, dtype=np.float32)), module)
+            replaced.append(module)
+        yield list(result.quantized)
+    finally:
+        for module in replaced:
+            del module.forward
+
+
+@contextlib.contextmanager
+def kivi_forward(model: Any, result: Any) -> Iterator[None]:
+    """The attention of decoding over a KIVI cache (result's bits, group, residual) after a one-token prefill, in
+    the result's attention layers (the selected blocks'); the others attend in full precision."""
+    from precisionlab.ptq.kivi import kivi_attention, kivi_config
+
+    options = result.options
+    config = kivi_config(result.scheme, int(options.get("group", 32)), int(options.get("residual", 32)))
+    with kivi_attention(model, config, prefill=KIVI_PREFILL, modules=[r.name for r in result.layers]):
+        yield

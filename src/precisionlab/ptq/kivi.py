@@ -34,7 +34,7 @@ Two ways to run a model with it:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +239,8 @@ def _kivi_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
         raise RuntimeError("the KIVI attention runs inside ptq.kivi.kivi_attention(model, ...) only")
     config, prefill = settings
     t_len = key.shape[2]
+    if prefill is None:  # a layer left out of the selection: every row attends in full precision
+        prefill = t_len
     if query.shape[2] != t_len:
         raise ValueError("the KIVI attention emulates a whole text in one forward pass: no cache, no past states")
     n_rep = query.shape[1] // key.shape[1]
@@ -278,9 +280,11 @@ def _kivi_attention_forward(module: Any, query: Any, key: Any, value: Any, atten
 
 
 @contextlib.contextmanager
-def kivi_attention(model: Any, config: KIVIConfig = KIVIConfig(), prefill: int = 0) -> Iterator[None]:
+def kivi_attention(model: Any, config: KIVIConfig = KIVIConfig(), prefill: int = 0,
+                   modules: Collection[str] | None = None) -> Iterator[None]:
     """Run the model's attention as decoding over a KIVI cache would (module docstring), for forward passes
-    over whole texts without a cache; positions before `prefill` attend in full precision."""
+    over whole texts without a cache; positions before `prefill` attend in full precision. `modules` (attention
+    module names) limits KIVI to those layers: the others attend in full precision (None: every layer)."""
     require_torch("KIVI")
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -289,13 +293,18 @@ def kivi_attention(model: Any, config: KIVIConfig = KIVIConfig(), prefill: int =
         raise ValueError(f"prefill must be >= 0, got {prefill}")
     AttentionInterface.register(ATTENTION_NAME, _kivi_attention_forward)
     AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-    attention = [m for m in model.modules() if hasattr(m, "k_proj") and hasattr(m, "layer_idx")]
+    named = {n: m for n, m in model.named_modules() if hasattr(m, "k_proj") and hasattr(m, "layer_idx")}
+    attention = list(named.values())
     if not attention:
         raise ValueError("no attention modules (with k_proj and layer_idx, as transformers' decoders have) found")
+    unknown = sorted(set(modules or ()) - set(named))
+    if unknown:
+        raise ValueError(f"no attention module named {unknown[0]!r}; they look like {next(iter(named))}")
+    chosen = set(named) if modules is None else set(modules)
     configs = [c for c in {id(c): c for c in (model.config, model.config.get_text_config())}.values()]
     saved = [c._attn_implementation for c in configs]
-    for m in attention:
-        m.precisionlab_kivi = (config, int(prefill))
+    for n, m in named.items():
+        m.precisionlab_kivi = (config, int(prefill) if n in chosen else None)
     try:
         for c in configs:
             c._attn_implementation = ATTENTION_NAME

@@ -10,7 +10,7 @@ over all columns: `int8:row:scale=fp32`), activations per token over the non-out
 W~ is what the outlier columns multiply: by default the int8 weights dequantized to fp16
 (bitsandbytes' inference path: only int8 weights are stored); `outlier_weights="fp16"` keeps
 those columns of the original weight in fp16 (the paper's formula). The int8 products are
-summed exactly in int64 (no int32 product sum of these widths overflows 2^53), then scaled.
+summed exactly (as integers held in float64: no int32 product sum of these widths reaches 2^53), then scaled.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ def llm_int8_matmul(x: Any, weight: Any, threshold: float = THRESHOLD, weight_q:
     regular = xs.copy()
     regular[:, outliers] = 0.0
     xq = quantize(regular, INT8_ROW)
-    acc = int8_codes(xq) @ int8_codes(wq).T  # exact integer sums
-    y = acc.astype(np.float64) * xq.scales.astype(np.float64) * wq.scales.astype(np.float64).T
+    # exact integer sums in float64 (BLAS): every product is below 2^14 and every partial sum an integer below 2^53
+    acc = int8_codes(xq).astype(np.float64) @ int8_codes(wq).astype(np.float64).T
+    y = acc * xq.scales.astype(np.float64) * wq.scales.astype(np.float64).T
     if outliers.size:
         w_out = wq.dequantize()[:, outliers] if outlier_weights == "int8" else w[:, outliers]
         x16 = xs[:, outliers].astype(np.float16).astype(np.float64)

@@ -171,7 +171,14 @@ class PTQResult:
         quantize activations or the KV cache at run time, which this does not install."""
         if self.method not in WEIGHT_ONLY:
             raise ValueError(f"apply writes weights; {self.method} also quantizes activations or the KV cache at run "
-                             "time, which needs the model's activation / KV-cache hooks")
+                             "time, which needs the model's activation / KV-cache hooks (ptq.install.ptq_candidate "
+                             "installs both)")
+        self.apply_weights(model)
+
+    def apply_weights(self, model: Any) -> None:
+        """The weight part of any method, in place: the folds (AWQ's, SmoothQuant's), then every quantized
+        layer's dequantized weight. For smoothquant and llm_int8 the model is then only half installed: their
+        activation quantization runs at forward time (ptq.install adds it); kivi changes no weight."""
         torch = require_torch("apply")
         modules = dict(model.named_modules())
         for group, scales in self.folds:
