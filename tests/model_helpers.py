@@ -3,6 +3,7 @@
     smollm2()          the whole SmolLM2-135M (from the converted-GGUF cache after the first load)
     smollm2_slice()    its first SLICE_BLOCKS blocks (and the shared embedding / head): cheap forwards
     minilm()           all-MiniLM-L6-v2 (22M parameters)
+    tiny_llama(kv)     a random 2-block Llama (hidden 64, 4 heads, kv key/value heads), seeded
 
 The GGUF conversion is cached where precisionlab caches it (PRECISIONLAB_CACHE or
 ~/.cache/precisionlab), so only the first session on a machine pays its ~20 s.
@@ -109,3 +110,14 @@ def minilm() -> Any:
     require_peers()
     require_packaged("minilm-l6")
     return _minilm()
+
+
+def tiny_llama(num_key_value_heads: int) -> Any:
+    """A random two-block Llama (vocabulary 128, hidden 64, 4 attention heads), seeded 0, in eval mode."""
+    torch = pytest.importorskip("torch", reason="PTQ on a model needs torch")
+    transformers = pytest.importorskip("transformers", reason="the tiny Llama is a transformers model")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=num_key_value_heads,
+                                      max_position_embeddings=256)
+    return transformers.LlamaForCausalLM(config).eval()

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.model_helpers import tiny_llama
 from tests.test_eval_cli import one_line_error
 
 
@@ -79,12 +80,7 @@ def test_calibration_of_unrelated_text_is_accepted() -> None:
 # --------------------------------------------------------------------------- save and install, on a tiny Llama
 @pytest.fixture(scope="module")
 def tiny():  # type: ignore[no-untyped-def]
-    torch = pytest.importorskip("torch", reason="PTQ on a model needs torch")
-    transformers = pytest.importorskip("transformers", reason="the tiny Llama is a transformers model")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llama(2)
 
 
 def _batches(n: int = 3, length: int = 48):  # type: ignore[no-untyped-def]

@@ -14,13 +14,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="PTQ on a model needs torch")
 transformers = pytest.importorskip("transformers", reason="the tiny Llama is a transformers model")
 
+from tests.model_helpers import tiny_llama  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def tiny():  # type: ignore[no-untyped-def]
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llama(2)
 
 
 def _batches(n: int = 3, length: int = 48) -> list[Any]:

@@ -15,14 +15,12 @@ transformers = pytest.importorskip("transformers", reason="the tiny Llama is a t
 from precisionlab.ptq import CalibrationWarning, capture, run_method  # noqa: E402
 from precisionlab.ptq.structure import ScaleGroup, fold_scales, linear_names, scale_groups  # noqa: E402
 from precisionlab.quant import quantize  # noqa: E402
+from tests.model_helpers import tiny_llama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny():  # type: ignore[no-untyped-def]
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
-    return transformers.LlamaForCausalLM(config).eval()
+    return tiny_llama(4)
 
 
 def batches(n: int = 3, length: int = 48, seed: int = 0) -> list:  # type: ignore[type-arg]
