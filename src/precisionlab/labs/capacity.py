@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from precisionlab.capacity import (
@@ -242,8 +243,21 @@ def worked_decode_section() -> Part:
     return Part([table], findings=findings)
 
 
-def decode_section(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float,
-                   tp: int) -> Part:
+@dataclass(frozen=True)
+class Deployment:
+    """One model on one accelerator (`key` names it in findings) at one context, batch, reserve and TP degree."""
+
+    model: ModelShape
+    accelerator: Accelerator
+    key: str
+    context: int
+    batch: int
+    reserve: float
+    tp: int
+
+
+def decode_section(d: Deployment) -> Part:
+    model, acc, key, context, batch, reserve, tp = d.model, d.accelerator, d.key, d.context, d.batch, d.reserve, d.tp
     findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     for b in sorted({1, batch}):
@@ -269,7 +283,8 @@ def decode_section(model: ModelShape, acc: Accelerator, key: str, context: int, 
     return Part([table], findings=findings)
 
 
-def prefill_section(model: ModelShape, acc: Accelerator, key: str, tp: int) -> Part:
+def prefill_section(d: Deployment) -> Part:
+    model, acc, key, tp = d.model, d.accelerator, d.key, d.tp
     findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     for w in ("bf16", "int4"):
@@ -291,8 +306,8 @@ def prefill_section(model: ModelShape, acc: Accelerator, key: str, tp: int) -> P
     return Part([table], findings=findings)
 
 
-def tp_section(model: ModelShape, acc: Accelerator, key: str, context: int, batch: int, reserve: float,
-               tp: int) -> Part:
+def tp_section(d: Deployment) -> Part:
+    model, acc, key, context, batch, reserve, tp = d.model, d.accelerator, d.key, d.context, d.batch, d.reserve, d.tp
     findings: dict[str, Scalar] = {}
     rows: list[list[Scalar]] = []
     uneven = [n for n in sorted({*TP_DEGREES, tp}) if not splits_heads(model, n)]
@@ -384,9 +399,10 @@ def run(model: str = "llama3_8b", config: str | Path | None = None, name: str | 
     result.add(batch_section(shape, accelerators, list(CONTEXTS), reserve, tp))
     result.add(crossover_section(shape, batch))
     result.add(worked_decode_section())
-    result.add(decode_section(shape, first, first_key, context, batch, reserve, tp))
-    result.add(prefill_section(shape, first, first_key, tp))
-    result.add(tp_section(shape, first, first_key, context, batch, reserve, tp))
+    deployment = Deployment(shape, first, first_key, context, batch, reserve, tp)
+    result.add(decode_section(deployment))
+    result.add(prefill_section(deployment))
+    result.add(tp_section(deployment))
     result.add(Part([presets_table()],
                     [batch_figure(shape, first, reserve, tp), roofline_figure(shape, first, context, batch, tp)]))
     fp16_tok = kv_bytes_per_token(shape, "fp16")
