@@ -43,6 +43,17 @@ def _logits(model: Any, ids: Any = IDS) -> Any:
         return model(input_ids=ids, use_cache=False).logits
 
 
+def _installed_logits(model: Any, result: Any, ids: Any = IDS) -> Any:
+    """The model's logits with the PTQ result installed as an eval candidate, then uninstalled."""
+    from precisionlab.ptq.install import ptq_candidate
+
+    report = ptq_candidate(result).prepare(model, (), None)
+    try:
+        return _logits(model, ids)
+    finally:
+        report.restore()
+
+
 def _no_forward_time_changes(model: Any) -> None:
     for name, module in model.named_modules():
         assert not module._forward_pre_hooks and not module._forward_hooks, name
@@ -99,15 +110,10 @@ def test_llm_int8_without_outliers_is_plain_int8(tiny) -> None:  # type: ignore[
     """threshold = inf: no fp16 columns, so the exact int8 x int8 product equals fake-quantized int8 weights and
     per-token int8 activations multiplied in float32 (the runner's int8:row+act=int8:row path) up to float32
     rounding."""
-    from precisionlab.ptq.install import ptq_candidate
 
     result = _run(tiny, "llm_int8", None, threshold=float("inf"))
     expected = _w8a8(tiny, sorted(result.quantized), "int8:row:scale=fp32")
-    report = ptq_candidate(result).prepare(tiny, (), None)
-    try:
-        got = _logits(tiny)
-    finally:
-        report.restore()
+    got = _installed_logits(tiny, result)
     assert torch.allclose(got, expected, atol=2e-5, rtol=1e-5)
     assert not torch.allclose(expected, _logits(tiny), atol=1e-4)
 
@@ -115,14 +121,9 @@ def test_llm_int8_without_outliers_is_plain_int8(tiny) -> None:  # type: ignore[
 def test_llm_int8_outlier_columns_bring_the_layer_closer_to_fp16(tiny) -> None:  # type: ignore[no-untyped-def]
     """With a threshold that every column of these small activations exceeds, each layer is the fp16 product
     (the int8 part is empty): the installed model is the fp16-rounded float model."""
-    from precisionlab.ptq.install import ptq_candidate
 
     result = _run(tiny, "llm_int8", None, threshold=1e-30, outlier_weights="fp16")
-    report = ptq_candidate(result).prepare(tiny, (), None)
-    try:
-        got = _logits(tiny)
-    finally:
-        report.restore()
+    got = _installed_logits(tiny, result)
     float_logits = _logits(tiny)
     plain = _w8a8(tiny, sorted(result.quantized), "int8:row:scale=fp32")
     err_fp16 = float((got - float_logits).norm() / float_logits.norm())
@@ -142,11 +143,7 @@ def test_smoothquant_without_smoothing_is_the_runners_w8a8(tiny) -> None:  # typ
     plain = dataclasses.replace(result, folds=[], quantized={
         n: quantize(modules[n].weight.detach().numpy(), "int8:row") for n in result.quantized})
     expected = _w8a8(tiny, sorted(result.quantized), "int8:row")
-    report = ptq_candidate(plain).prepare(tiny, (), None)
-    try:
-        got = _logits(tiny)
-    finally:
-        report.restore()
+    got = _installed_logits(tiny, plain)
     assert torch.equal(got, expected)
     smoothed = ptq_candidate(result).prepare(tiny, (), None)  # the real result differs (the folds count)
     try:
@@ -229,11 +226,7 @@ def test_kivi_with_a_window_longer_than_the_text_is_the_float_model_in_fp16(tiny
     from precisionlab.ptq.install import ptq_candidate
 
     result = _run(tiny, "kivi", "int2", group=16, residual=128)
-    report = ptq_candidate(result).prepare(tiny, (), None)
-    try:
-        got = _logits(tiny)
-    finally:
-        report.restore()
+    got = _installed_logits(tiny, result)
     float_logits = _logits(tiny)
     assert torch.allclose(got, float_logits, atol=2e-3)
     short = _run(tiny, "kivi", "int2", group=16, residual=16)
