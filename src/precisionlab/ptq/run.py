@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -322,6 +322,14 @@ def _tick(progress: Progress | None, step: str, done: int, total: int) -> None:
         progress(step, done, total)
 
 
+def _sample_parts(cal: Capture, ev: Capture | None, name: str) -> Iterator[tuple[str, np.ndarray]]:
+    """("", the layer's kept calibration inputs), then ("eval_", its held-out ones) when there are any: the
+    record field prefix and the samples the activation-quantizing methods are measured on."""
+    yield "", cal.stats[name].samples
+    if ev is not None:
+        yield "eval_", ev.stats[name].samples
+
+
 # --------------------------------------------------------------------------- rtn, gptq
 def _weight_only(model: Any, method: str, scheme: str, names: Sequence[str], calibration: Sequence[Any],
                  evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
@@ -511,10 +519,7 @@ def _smoothquant(model: Any, method: str, scheme: str, names: Sequence[str], cal
         c, r = col.get(n), row.get(n)
         with meter.section() as sec:
             result.quantized[n] = quantize(awq_mod.rescale(w, c, r), w_scheme)
-            for part, part_stats in (("", cal.stats[n]), ("eval_", ev.stats[n] if ev else None)):
-                if part_stats is None:
-                    continue
-                x = part_stats.samples
+            for part, x in _sample_parts(cal, ev, n):
                 extra = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float64)
                 y = x.astype(np.float64) @ w.astype(np.float64).T + extra
                 smoothed = w8a8_output(x, w, w_scheme, a_scheme, c, r) + extra
@@ -545,10 +550,7 @@ def _llm_int8(model: Any, method: str, scheme: str, names: Sequence[str], calibr
         with meter.section() as sec:
             wq = quantize_weight(w)
             result.quantized[n] = wq
-            for part, part_stats in (("", cal.stats[n]), ("eval_", ev.stats[n] if ev else None)):
-                if part_stats is None:
-                    continue
-                x = part_stats.samples
+            for part, x in _sample_parts(cal, ev, n):
                 b16 = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float16).astype(np.float64)
                 reference = fp16_output(x, w) + b16
                 product = llm_int8_matmul(x, w, threshold, wq, str(opts["outlier_weights"]))
