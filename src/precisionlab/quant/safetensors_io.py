@@ -401,24 +401,21 @@ def _rebuild(path: str | Path, name: str, entries: dict[str, Entry], scheme: Any
     if codes.dtype != "U8" or codes.size != packed_nbytes(lay.n_stored, bits):
         raise ValueError(f"{path}: tensor {name!r} codes hold {codes.size} bytes; scheme {scheme} on shape "
                          f"{shape} needs {packed_nbytes(lay.n_stored, bits)}")
-    scales_entry = need("scales")
-    if math.prod(scales_entry.shape) != lay.n_blocks:
-        raise ValueError(f"{path}: tensor {name!r} has {math.prod(scales_entry.shape)} scales; needs {lay.n_blocks}")
-    try:
-        scales = _scale_values(scales_entry.dtype, scales_entry.raw(), scheme.scale, lay.grid)
-    except ValueError as exc:
-        raise ValueError(f"{path}: tensor {name!r}: {exc}") from None
     if scheme.is_two_level:
         raise ValueError(f"{path}: tensor {name!r} is {scheme}, a two-level (K-quant) layout these files do not hold")
-    mins = None
-    if scheme.min_format is not None:
-        mins_entry = need("mins")
-        if math.prod(mins_entry.shape) != lay.n_blocks:
-            raise ValueError(f"{path}: tensor {name!r} has {math.prod(mins_entry.shape)} mins; needs {lay.n_blocks}")
+
+    def block_values(kind: str, fmt: Any) -> np.ndarray:
+        """The per-block scales or mins (`kind`), checked against the layout's block count."""
+        entry = need(kind)
+        if math.prod(entry.shape) != lay.n_blocks:
+            raise ValueError(f"{path}: tensor {name!r} has {math.prod(entry.shape)} {kind}; needs {lay.n_blocks}")
         try:
-            mins = _scale_values(mins_entry.dtype, mins_entry.raw(), scheme.min_format, lay.grid)
+            return _scale_values(entry.dtype, entry.raw(), fmt, lay.grid)
         except ValueError as exc:
-            raise ValueError(f"{path}: tensor {name!r}: {str(exc).replace('scales', 'mins', 1)}") from None
+            raise ValueError(f"{path}: tensor {name!r}: {str(exc).replace('scales', kind, 1)}") from None
+
+    scales = block_values("scales", scheme.scale)
+    mins = None if scheme.min_format is None else block_values("mins", scheme.min_format)
     zero_points = None
     if scheme.has_zero_point:
         zp = unpack(check(need("zero_points"), "U8", packed_nbytes(lay.n_blocks, bits)), bits, lay.n_blocks)
