@@ -45,9 +45,9 @@ from precisionlab.quant.tensor import QuantizedTensor
 Decoder = Callable[[np.ndarray], np.ndarray]
 
 
-def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
-    """The fp16 field at byte `start` of each block, as float32 (n, 1)."""
-    return np.ascontiguousarray(blocks[:, start : start + 2]).view(np.float16).astype(np.float32)
+def _f16(blocks: np.ndarray, start: int, count: int = 1) -> np.ndarray:
+    """The `count` little-endian fp16 fields from byte `start` of each block, as float32 (n, count)."""
+    return np.ascontiguousarray(blocks[:, start : start + 2 * count]).view("<f2").astype(np.float32)
 
 
 def _nibbles_32(qs: np.ndarray) -> np.ndarray:
@@ -104,29 +104,19 @@ def k4_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def q4_k(blocks: np.ndarray) -> np.ndarray:
+    """(d * sc[j]) * q[i] - (dmin * m[j]), from the stored fields (`_fields_q4_k` keeps -(dmin * m[j]))."""
     n = blocks.shape[0]
-    d = _f16(blocks, 0)
-    dmin = _f16(blocks, 2)
-    sc, mins = k4_scales_mins(blocks[:, 4:16])
-    qs = blocks[:, 16:144].reshape(n, 4, 1, 32)
-    q = np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=2).reshape(n, 8, 32).astype(np.float32)
-    scale = (d * sc.astype(np.float32))[:, :, None]
-    offset = (dmin * mins.astype(np.float32))[:, :, None]
-    return (scale * q - offset).reshape(n, 256)
+    b = _fields_q4_k(blocks)
+    assert b.mins is not None
+    q = b.values.reshape(n, 8, 32).astype(np.float32)
+    return (b.scales[:, :, None] * q + b.mins[:, :, None]).reshape(n, 256)
 
 
 def q6_k(blocks: np.ndarray) -> np.ndarray:
+    """(d * sc[j]) * (q[i] - 32), from the stored fields (`_fields_q6_k`)."""
     n = blocks.shape[0]
-    ql = blocks[:, 0:128].reshape(n, 2, 1, 64)
-    qh = blocks[:, 128:192].reshape(n, 2, 1, 32)
-    sc = blocks[:, 192:208].view(np.int8).astype(np.float32)
-    d = _f16(blocks, 208)
-    low = np.concatenate([ql & np.uint8(0x0F), ql >> np.uint8(4)], axis=2).reshape(n, 2, 4, 32)
-    shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
-    high = (qh >> shifts) & np.uint8(3)
-    q = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
-    scale = (d * sc)[:, :, None]
-    return (scale * q.reshape(n, 16, 16).astype(np.float32)).reshape(n, 256)
+    b = _fields_q6_k(blocks)
+    return (b.scales[:, :, None] * b.values.reshape(n, 16, 16).astype(np.float32)).reshape(n, 256)
 
 
 @dataclass(frozen=True)
@@ -178,10 +168,6 @@ def _f16_bytes(values: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=np.float32).astype(np.float16)).view(np.uint8)
 
 
-def _f16_fields(blocks: np.ndarray, start: int, count: int = 1) -> np.ndarray:
-    return np.ascontiguousarray(blocks[:, start : start + 2 * count]).view("<f2").astype(np.float32)
-
-
 def _pack_nibbles_32(q: np.ndarray) -> np.ndarray:
     """(n, 32) values 0..15 -> (n, 16) bytes: element k low, element k + 16 high."""
     return (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
@@ -189,8 +175,8 @@ def _pack_nibbles_32(q: np.ndarray) -> np.ndarray:
 
 def _fields_32(blocks: np.ndarray, type_name: str) -> Blocks:
     with_min = type_name in ("Q4_1", "Q5_1")
-    d = _f16_fields(blocks, 0)
-    m = _f16_fields(blocks, 2) if with_min else None
+    d = _f16(blocks, 0)
+    m = _f16(blocks, 2) if with_min else None
     start = 4 if with_min else 2
     if type_name == "Q8_0":
         return Blocks(blocks[:, 2:34].view(np.int8).astype(np.int16), d)
@@ -219,7 +205,7 @@ def _bytes_32(b: Blocks, type_name: str) -> np.ndarray:
 
 def _fields_q4_k(blocks: np.ndarray) -> Blocks:
     n = blocks.shape[0]
-    d, dmin = _f16_fields(blocks, 0), _f16_fields(blocks, 2)
+    d, dmin = _f16(blocks, 0), _f16(blocks, 2)
     sc, mc = (a.astype(np.float32) for a in k4_scales_mins(blocks[:, 4:16]))
     qs = blocks[:, 16:144].reshape(n, 4, 1, 32)
     q = np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=2).reshape(n, 256).astype(np.int16)
@@ -245,7 +231,7 @@ def _fields_q6_k(blocks: np.ndarray) -> Blocks:
     ql = blocks[:, 0:128].reshape(n, 2, 1, 64)
     qh = blocks[:, 128:192].reshape(n, 2, 1, 32)
     sc = blocks[:, 192:208].view(np.int8).astype(np.float32)
-    d = _f16_fields(blocks, 208)
+    d = _f16(blocks, 208)
     low = np.concatenate([ql & np.uint8(0x0F), ql >> np.uint8(4)], axis=2).reshape(n, 2, 4, 32)
     high = (qh >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & np.uint8(3)
     q = (low | (high << np.uint8(4))).astype(np.int16).reshape(n, 256) - 32
