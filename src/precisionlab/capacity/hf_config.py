@@ -17,11 +17,11 @@ that does not divide the hidden size is a ValueError naming the field.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from precisionlab.capacity.models import ModelShape, finding_key
+from precisionlab.json_input import json_object
 
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 """model_type values whose Transformers config class defaults tie_word_embeddings to true."""
@@ -42,11 +42,9 @@ def read_config(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ValueError(f"malformed config.json {path}: not UTF-8 text (byte {exc.start})") from exc
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"malformed config.json {path}: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"malformed config.json {path}: expected a JSON object, got {type(data).__name__}")
+        data = json_object(text)
+    except ValueError as exc:
+        raise ValueError(f"malformed config.json {path}: {exc}") from None
     if "num_hidden_layers" not in data and isinstance(data.get("text_config"), dict):
         data = {**data["text_config"], "_name_or_path": data.get("_name_or_path", "")}
     return data

@@ -58,6 +58,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from precisionlab.json_input import json_object
+
 BUILTIN_SOURCE = "pydoc_data.topics"
 SPLIT_SALT = "precisionlab-split:"
 CALIBRATION_FRACTION = 0.5
@@ -689,11 +691,9 @@ def load_task_file(path: str | Path) -> tuple[TaskKind, list[Any]]:
             continue
         where = f"{file} line {number}"
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+            record = json_object(line)
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
         line_kind = _record_kind(record, where)
         if kind is None:
             kind = line_kind

@@ -37,6 +37,7 @@ import numpy as np
 
 from precisionlab._atomic import atomic_write_with
 from precisionlab.formats import FloatFormat, get_format
+from precisionlab.json_input import json_object
 from precisionlab.quant.blocks import canonical_view
 from precisionlab.quant.elements import make_codec
 from precisionlab.quant.packing import pack, packed_nbytes, unpack
@@ -326,11 +327,9 @@ def _records(path: str | Path, metadata: dict[str, str]) -> list[tuple[str, dict
         if name == TAG_KEY or not text.lstrip().startswith("{"):
             continue
         try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
+            record = json_object(text)
+        except ValueError as exc:
             raise ValueError(f"{path}: bad record for tensor {name!r}: {exc}") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}: bad record for tensor {name!r}: not a JSON object")
         records.append((name, record))
     return records
 
