@@ -10,15 +10,16 @@ breakpoint; ml_dtypes and numpy's own float16 cast for bf16 and fp16.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import precisionlab as pl
-from precisionlab import parallel
+from precisionlab import parallel, peers
 from precisionlab.formats import FloatFormat, Overflow, list_formats, p3109_formats
-from precisionlab.rounding import chunks, dispatch, general, table_kernels
+from precisionlab.rounding import cast_kernels, chunks, dispatch, general, table_kernels
 from precisionlab.rounding.breakpoints import candidates
 from precisionlab.rounding.modes import NanPolicy, Rounding
 
@@ -244,10 +245,11 @@ def test_bf16_and_fp16_small_arrays_take_the_direct_kernels() -> None:
         kernel = dispatch.find(name, np.dtype(dtype), "nearest_even", None, "raise")
         assert kernel is not None and (kernel.direct is not None) == direct, (name, dtype)
     kernel = dispatch.find("bf16", np.dtype(np.float32), "nearest_even", None, "raise")
-    assert kernel is not None and kernel.small_max == dispatch.DIRECT_SEARCH_MAX
+    form = "bf16 by ml_dtypes" if peers.available("ml_dtypes") else "bf16"
+    assert kernel is not None and kernel.small_max == dispatch.DIRECT_SEARCH_MAX[form]
     x = sample(np.float32, 3 * chunks.CHUNK, seed=9)
     for name in ("bf16", "fp16"):
-        for part in (x[:dispatch.DIRECT_SEARCH_MAX + 1], x[:1000], x[:2048], x[:2049], x[::3], x[: chunks.CHUNK],
+        for part in (x[:129], x[:1000], x[:2048], x[:2049], x[:5000], x[::3], x[: chunks.CHUNK],
                      x[: chunks.CHUNK + 1]):
             got = pl.round_to(part, name)
             expected = general_path(np.ascontiguousarray(part), name, "nearest_even", None, "raise")
@@ -257,6 +259,44 @@ def test_bf16_and_fp16_small_arrays_take_the_direct_kernels() -> None:
     with np.errstate(over="ignore"):
         expected = finite.astype(ml_dtypes.bfloat16).astype(np.float32)
     assert np.array_equal(bits(pl.round_to(finite, "bf16")), bits(expected))
+
+
+SIGNALLING = np.array([0x7F800001, 0xFF800001, 0x7FA00000], dtype=np.uint32).view(np.float32)
+"""Signalling NaNs of both signs: a float cast that meets one raises the invalid flag."""
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_direct_forms_raise_no_floating_point_flag_and_canonicalise_nan(name: str) -> None:
+    # The direct forms run numpy's or ml_dtypes' casts bare when a test says no flag can rise, and
+    # fall back otherwise: values at fp16's overflow edge (65504 + 16 = 65520 rounds to inf),
+    # infinities, quiet and signalling NaN, in arrays the direct form takes (100 and 1000 elements)
+    # must give the general path's bits with every floating-point flag an error.
+    edge = np.array([65519.996, 65520.0, -65520.0, 65504.0, 70000.0, 3e38, np.inf, -np.inf, np.nan, -np.nan],
+                    dtype=np.float32)
+    quiet = np.linspace(-60000, 60000, 1000, dtype=np.float32)
+    pl.round_to(quiet, name)
+    kernel = dispatch.find(name, np.dtype(np.float32), "nearest_even", None, "raise")
+    assert kernel is not None and kernel.direct is not None
+    for n in (100, 1000):
+        for extra in (edge, SIGNALLING, edge[:4], np.array([], dtype=np.float32)):
+            x = quiet[:n].copy()
+            x[7:7 + extra.size] = extra
+            expected = general_path(x, name, "nearest_even", None, "raise")
+            with np.errstate(all="raise"):
+                got = pl.round_to(x, name)
+            assert np.array_equal(bits(got), bits(expected)), (name, n, extra)
+
+
+def test_bf16_without_ml_dtypes_takes_the_integer_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch, "_kernels", {})
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # `import ml_dtypes` now fails
+    x = sample(np.float32, 1000, seed=11)
+    got = pl.round_to(x, "bf16")
+    kernel = dispatch.find("bf16", np.dtype(np.float32), "nearest_even", None, "raise")
+    assert kernel is not None and kernel.direct is cast_kernels.bf16_array
+    assert kernel.small_max == dispatch.DIRECT_SEARCH_MAX["bf16"]
+    assert np.array_equal(bits(pl.round_to(x, "bf16")), bits(got))
+    assert np.array_equal(bits(got), bits(general_path(x, "bf16", "nearest_even", None, "raise")))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

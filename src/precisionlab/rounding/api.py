@@ -31,6 +31,8 @@ from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy, pa
 RngLike = np.random.Generator | int | None
 
 _FLOAT64 = np.dtype(np.float64)
+_NDARRAY = np.ndarray
+_find_kernel = dispatch.find
 
 
 def _torch_float32() -> Any:
@@ -73,11 +75,14 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
     output dtype is the same as without it and the gradient reaching x has x's dtype.
     """
     kind = x.__class__
-    if (kind is np.ndarray or kind is float) and not straight_through:  # the fast path (rounding.dispatch)
-        dtype = x.dtype if kind is np.ndarray else _FLOAT64
-        kernel = dispatch.find(fmt, dtype, rounding, overflow, nan)
+    if kind is _NDARRAY and not straight_through:  # the fast path (rounding.dispatch), kept lean: it is
+        kernel = _find_kernel(fmt, x.dtype, rounding, overflow, nan)  # most of a small call's time
         if kernel is not None:
-            return kernel(x) if kind is np.ndarray else float(kernel(np.array([x]))[0])
+            return kernel(x)
+    elif kind is float and not straight_through:
+        kernel = _find_kernel(fmt, _FLOAT64, rounding, overflow, nan)
+        if kernel is not None:
+            return float(kernel(np.array([x]))[0])
     target = get_format(fmt)
     mode = parse_rounding(rounding)
     if is_torch_tensor(x):
@@ -91,6 +96,7 @@ def round_to(x: Any, fmt: str | Format, rounding: str | Rounding = "nearest_even
         raise TypeError(f"straight_through=True needs a torch tensor (gradients), got {type(x).__name__}")
     result = _round_host(x, target, mode, overflow, rng, nan)
     if kind is np.ndarray or kind is float:  # accepted: later calls with these arguments take the fast path
+        dtype = x.dtype if kind is np.ndarray else _FLOAT64
         dispatch.remember(fmt, dtype, rounding, overflow, nan, target, mode, parse_nan(nan))
     return result
 

@@ -14,9 +14,11 @@ against it when built, on inputs chosen where a shortcut would show:
     up to SEARCH_MAX elements   formats of at most 16 bits: `search` (one binary search and one
                                 gather on the caller's array: no copy, no chunks, no threads);
                                 DIRECT_SEARCH_MAX where a kernel has a direct form
-    1-D, up to DIRECT_MAX       bf16 and fp16 from float32: `cast_kernels.bf16_array` (the
-                                integer kernel on the caller's array, allocating only its
-                                output), `cast_kernels.fp16_array` (numpy's float16 casts)
+    1-D, up to DIRECT_MAX       bf16 and fp16 from float32: ml_dtypes' bfloat16 casts where
+                                ml_dtypes is installed (`cast_kernels.bf16_by_cast`), else
+                                `cast_kernels.bf16_array` (the integer kernel on the caller's
+                                array, allocating only its output); `cast_kernels.fp16_array`
+                                (numpy's float16 casts)
     larger arrays               `table_kernels` (formats of at most 8 bits whose breakpoints are
                                 float32 numbers with their low 16 or 15 bits zero: the registered
                                 ones inside float32's range and the whole P3109 binary8 family;
@@ -37,8 +39,17 @@ from typing import Any
 import numpy as np
 
 from precisionlab.formats import Encoding, FloatFormat, Format, IntFormat, Overflow, get_float_format
+from precisionlab.peers import optional_import
 from precisionlab.rounding import breakpoints, general, search, table_kernels
-from precisionlab.rounding.cast_kernels import CastThrough, IeeeBits, IeeeFrom32, IeeeFrom64, bf16_array, fp16_array
+from precisionlab.rounding.cast_kernels import (
+    CastThrough,
+    IeeeBits,
+    IeeeFrom32,
+    IeeeFrom64,
+    bf16_array,
+    bf16_by_cast,
+    fp16_array,
+)
 from precisionlab.rounding.chunks import CHUNK, ChunkKernel, run_chunked
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
 from precisionlab.rounding.search import Reference, SearchTable
@@ -64,15 +75,17 @@ _FP64 = get_float_format("fp64").defining_fields
 _FP16 = get_float_format("fp16").defining_fields
 
 
-DIRECT_SEARCH_MAX = 128
+DIRECT_SEARCH_MAX = {"bf16 by ml_dtypes": 32, "bf16": 128, "fp16": 64}
 """Where a kernel has a direct form (bf16 and fp16 from float32), arrays up to this size still use
-the binary search. Measured on the 2-core machine under load (alternated calls): bf16's search over
-its ~2^17 steps beat the five integer passes below about 150 elements and lost above."""
+the binary search. Measured on the 2-core machine (medians of alternated calls): the search over
+bf16's ~2^16 steps took 1.6 microseconds at 32 elements and 2.8 at 96, ml_dtypes' casts 1.4 and
+1.7, the five integer passes 3.5 and 3.7; numpy's float16 casts took 2.1 at 64 elements against
+the search's 2.2."""
 
-DIRECT_MAX = {"bf16": CHUNK, "fp16": 2048}
-"""Largest 1-D array the direct form takes (above it the chunk kernel runs). fp16's direct form is
-numpy's float16 cast, which was slower than the integer kernel from about 3000 elements (4000:
-19 against 16 microseconds; 1000: 7 against 13), measured under load."""
+DIRECT_MAX = {"bf16 by ml_dtypes": 2048, "bf16": CHUNK, "fp16": 2048}
+"""Largest 1-D array the direct form takes (above it the chunk kernel runs). The casts of numpy
+(float16) and ml_dtypes (bfloat16) are not vectorised: at 4096 elements they took 24 and 11
+microseconds where the chunk kernel took 16 and 7, at 2048 18 and 8 against 21 and 8."""
 
 
 class ArrayKernel:
@@ -88,17 +101,16 @@ class ArrayKernel:
         self.direct = direct
         """The chunk kernel's own form for a 1-D array of up to direct_max elements (a new
         output array, no scratch, no copy), where it has one."""
-        self.direct_max = direct_max
+        self.direct_max = direct_max if direct is not None else -1
         self.holds: tuple[Any, ...] = ()
         """The key's objects, kept alive so that their ids stay theirs."""
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        small = self.small
-        if small is not None and x.size <= self.small_max and x.ndim:
-            return small(x)
-        direct = self.direct
-        if direct is not None and x.ndim == 1 and x.size <= self.direct_max:
-            return direct(x)
+        n = x.size
+        if n <= self.small_max and self.small is not None and x.ndim:
+            return self.small(x)
+        if n <= self.direct_max and x.ndim == 1:
+            return self.direct(x)  # type: ignore[misc]  # direct_max is -1 where direct is None
         flat = x if x.ndim == 1 and x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
         if self.chunk is None:
             return self.fallback(flat).reshape(x.shape)
@@ -161,23 +173,26 @@ def _build(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflo
     chunk = _chunk_kernel(fmt, dtype, mode, overflow, nan, found, out_dtype, message)
     if chunk is not None and not _reproduces(partial(_run, chunk, out_dtype), dtype, out_dtype, reference, found):
         chunk = None
-    direct, direct_max = _direct_kernel(fmt, chunk)
-    if direct is not None and not _reproduces(direct, dtype, out_dtype, reference, found):
-        direct = None
-    small_max = SEARCH_MAX[dtype] if direct is None else min(SEARCH_MAX[dtype], DIRECT_SEARCH_MAX)
+    direct, direct_max, small_max = None, 0, SEARCH_MAX[dtype]
+    for name, form in _direct_forms(fmt, chunk):
+        if _reproduces(form, dtype, out_dtype, reference, found):
+            direct, direct_max, small_max = form, DIRECT_MAX[name], min(small_max, DIRECT_SEARCH_MAX[name])
+            break
     return ArrayKernel(out_dtype, small, small_max, chunk, reference, direct, direct_max)
 
 
-def _direct_kernel(fmt: Format, chunk: ChunkKernel | None) -> tuple[Reference | None, int]:
-    """The small-array form of a chunk kernel (bf16 and fp16 from float32) and the largest size it
-    takes, or (None, 0)."""
+def _direct_forms(fmt: Format, chunk: ChunkKernel | None) -> list[tuple[str, Reference]]:
+    """The small-array forms of a chunk kernel (bf16 and fp16 from float32), best first, each
+    named as in DIRECT_MAX; the first that reproduces the engine is used."""
     if not isinstance(chunk, IeeeFrom32):
-        return None, 0
+        return []
     if chunk.rounder.bf16_like:
-        return bf16_array, DIRECT_MAX["bf16"]
+        ml_dtypes = optional_import("ml_dtypes")
+        by_cast = [("bf16 by ml_dtypes", bf16_by_cast(ml_dtypes.bfloat16))] if ml_dtypes is not None else []
+        return [*by_cast, ("bf16", bf16_array)]
     if isinstance(fmt, FloatFormat) and fmt.defining_fields == _FP16:
-        return fp16_array, DIRECT_MAX["fp16"]
-    return None, 0
+        return [("fp16", fp16_array)]
+    return []
 
 
 def _run(kernel: ChunkKernel, out_dtype: np.dtype, x: np.ndarray) -> np.ndarray:
@@ -233,11 +248,13 @@ def _reproduces(kernel: Reference, dtype: np.dtype, out_dtype: np.dtype, referen
     except ValueError:  # NaN into a format without NaN: probe without NaN
         probes = probes[~np.isnan(probes)]
         expected = reference(probes)
-    got = kernel(probes)
-    if got.dtype != out_dtype:
-        return False
     width = np.uint64 if out_dtype.itemsize == 8 else np.uint32
-    return bool(np.array_equal(got.view(width), expected.view(width)))
+    finite = ~np.isnan(probes)  # and without NaN, for a form that takes another route when NaN is there
+    for part, wanted in ((probes, expected), (probes[finite], expected[finite])):
+        got = kernel(part)
+        if got.dtype != out_dtype or not np.array_equal(got.view(width), wanted.view(width)):
+            return False
+    return True
 
 
 def _probes(dtype: np.dtype, found: np.ndarray | None) -> np.ndarray:

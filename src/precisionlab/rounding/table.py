@@ -51,12 +51,14 @@ def value_table(plan: FloatPlan) -> np.ndarray:
 
 def table_index(u: np.ndarray) -> np.ndarray:
     """(top 16 bits of float32 bits u) * 2 + (1 if any of the low 16 bits is set), in four passes:
-    (u >> 15) | min(u & 0x7FFF, 1), since bit 15, when set, is already the sticky bit."""
-    idx = u >> np.uint32(15)
+    (u | ((u & 0x7FFF) + 0x7FFF)) >> 15. The low 15 bits plus 0x7FFF carry into bit 15 exactly
+    when one of them is set and stay below bit 16, so after the OR bit 15 is the sticky bit (as
+    `table_kernels` explains)."""
     low = u & np.uint32(0x7FFF)
-    np.minimum(low, np.uint32(1), out=low)
-    idx |= low
-    return idx
+    low += np.uint32(0x7FFF)
+    low |= u
+    low >>= np.uint32(15)
+    return low
 
 
 def round_float_chunk_table(x: np.ndarray, plan: FloatPlan, table: np.ndarray) -> np.ndarray:
