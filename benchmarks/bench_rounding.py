@@ -12,8 +12,9 @@ interleaved rounds after one warm-up call each, and medians are compared. Sectio
               fp16 numpy's own astype(float16) round trip; a plain copy (the memory ceiling).
   small       time per call at n = 1, 10, 100, 256, 1000 and 10^4 against ml_dtypes (numpy's cast for
               fp16), alternated call by call.
-  float64     float64 input against float32 input, for every format of 8 bits or fewer
-              (torch, and ml_dtypes before 0.7, round float64 twice, through float32, so they are not timed).
+  float64     float64 input against float32 input, for every format of 8 bits or fewer, at 2^21, 2^22 and
+              2^23 elements with the page faults of each call (torch, and ml_dtypes before 0.7, round
+              float64 twice, through float32, so they are not timed).
   threads     the chunk kernels on one thread and on the pool (PRECISIONLAB_THREADS, else the
               CPUs), 2^18 to 2^26 elements, and the smallest size where the pool was faster.
   p3109       the IEEE P3109 formats and the rounding modes against precisionlab's own e4m3
@@ -35,6 +36,7 @@ import datetime
 import math
 import os
 import platform
+import resource
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +57,8 @@ SMALL = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m
 SMALL_SIZES = (1, 10, 100, 256, 1000, 10_000)
 """256 is the binary search's largest size (float32), where it costs the most; 100 lies between it and bf16's
 direct integer kernel (from 129 elements)."""
+FLOAT64_SIZES = (1 << 21, 1 << 22, 1 << 23)
+"""float64 against float32 input: below, at and above the size where only the float64 output is mapped fresh."""
 EIGHT_BIT = ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m2", "e2m3", "e2m1", "ue8m0", "int8", "int4", "uint8")
 THREAD_SIZES = tuple(1 << k for k in (18, 20, 22, 24, 26))
 P3109 = ("binary8p3se", "binary8p4se", "binary8p3uf", "binary8p4sf", "binary6p3se", "binary8p1ue", "binary8p1uf",
@@ -174,19 +178,45 @@ def small(ml_dtypes: Any, calls: int) -> list[Target]:
     return targets
 
 
-def float64(n: int, repeat: int) -> list[Target]:
-    print(f"\n## float64 input against float32 input: {n} values, Melem/s (median of {repeat} interleaved rounds)")
-    x32 = np.random.default_rng(2).standard_normal(n).astype(np.float32)
-    x64 = x32.astype(np.float64)
+def faults_per_call(call: Callable[[], Any], calls: int = 5) -> float:
+    """Minor page faults per call (the kernel mapping fresh memory for a new output array)."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        call()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+
+
+def float64(sizes: tuple[int, ...], repeat: int) -> list[Target]:
+    print(f"\n## float64 input against float32 input, Melem/s (median of {repeat} interleaved rounds), page faults "
+          "per call")
+    print("A new output of 32 MiB or more is mapped fresh by glibc on every call (its mmap threshold tops out there) "
+          "and pays its page faults; a smaller one reuses freed heap memory. At 2^22 elements only the float64 "
+          "output (32 MiB) is that large, so that row compares allocations as much as rounding; the target reads "
+          "the sizes where both outputs are allocated alike (2^21: neither faults, 2^23: both do).")
+    print("format    " + "".join(f"  n=2^{n.bit_length() - 1}: f32  f64 ratio (faults f32/f64)" for n in sizes))
+    rng = np.random.default_rng(2)
+    inputs = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
     targets: list[Target] = []
     for name in EIGHT_BIT:
-        same = differing(pl.round_to(x32, name), pl.round_to(x64, name))
-        times = interleaved({"32": lambda name=name: pl.round_to(x32, name),
-                             "64": lambda name=name: pl.round_to(x64, name)}, repeat)
-        ratio = times["64"] / times["32"]
-        print(f"{name:<9} float32 {n / times['32'] / 1e6:7.0f}  float64 {n / times['64'] / 1e6:7.0f}  "
-              f"float64 time / float32 time {ratio:5.2f}   outputs differing {same}")
-        targets.append((f"float64 input, {name}: within {FLOAT64_MAX:g}x of float32", ratio, ratio <= FLOAT64_MAX))
+        cells, worst = [], 0.0
+        for n, x32 in inputs.items():
+            x64 = x32.astype(np.float64)
+            same = differing(pl.round_to(x32, name), pl.round_to(x64, name))
+            times = interleaved({"32": lambda name=name, x=x32: pl.round_to(x, name),
+                                 "64": lambda name=name, x=x64: pl.round_to(x, name)}, repeat)
+            ratio = times["64"] / times["32"]
+            faults = (faults_per_call(lambda name=name, x=x32: pl.round_to(x, name)),
+                      faults_per_call(lambda name=name, x=x64: pl.round_to(x, name)))
+            alike = (faults[0] > 100) == (faults[1] > 100)
+            if alike:
+                worst = max(worst, ratio)
+            flag = "" if same == 0 else f" {same} differ"
+            cells.append(f"  {n / times['32'] / 1e6:10.0f} {n / times['64'] / 1e6:4.0f} {ratio:5.2f} "
+                         f"({faults[0]:.0f}/{faults[1]:.0f}){'' if alike else '*'}{flag}")
+        print(f"{name:<9} " + "".join(cells))
+        targets.append((f"float64 input, {name}: within {FLOAT64_MAX:g}x of float32 (sizes allocated alike)", worst,
+                        worst <= FLOAT64_MAX))
+    print("(*: only one side's output was mapped fresh; not in the target)")
     return targets
 
 
@@ -308,7 +338,7 @@ def main() -> None:
     if "small" in chosen:
         targets += small(ml_dtypes, args.calls)
     if "float64" in chosen:
-        targets += float64(min(args.n, 1 << 22), args.repeat)
+        targets += float64(FLOAT64_SIZES, args.repeat)
     if "threads" in chosen:
         targets += threads(args.repeat)
     if "p3109" in chosen:
