@@ -48,11 +48,11 @@ class Stub:
 def test_the_steps_climb_in_the_issue_order() -> None:
     steps = ladder_steps("int4")
     assert [s.name for s in steps] == ["per-tensor", "per-channel", "g128", "g64", "outliers-fp16", "keep-sensitive",
-                                       "gptq-g128", "int8"]
+                                       "gptq-g128", "awq-g128", "int8"]
     assert [s.scheme for s in steps] == ["int4", "int4:row", "int4:g128", "int4:g64", "int4:g64", "int4:g64",
-                                         "int4:g128", "int8:row"]
-    assert [s.method for s in steps][4:7] == ["outliers", "outliers", "gptq"]
-    assert [s.keep_sensitive for s in steps] == [False] * 5 + [True] * 3
+                                         "int4:g128", "int4:g128", "int8:row"]
+    assert [s.method for s in steps][4:9] == ["outliers", "outliers", "gptq", "awq", "rtn"]
+    assert [s.keep_sensitive for s in steps] == [False] * 5 + [True] * 4
     assert ladder_steps("fp4")[0].scheme == "e2m1" and ladder_steps("fp4")[-1].scheme == "e4m3:row"
     assert ladder_steps("int8")[-1].name == "int16"
     for bad in ("int5", "int4:g128", "nvfp4", ""):
@@ -119,7 +119,7 @@ def test_a_grid_aligned_pass_is_not_evidence() -> None:
 
 def test_nothing_passes_names_quantization_aware_training() -> None:
     result = run_ladder(ladder_steps("int4"), Stub({}), examples=8)
-    assert result.stopped_at is None and len(result.steps) == 8
+    assert result.stopped_at is None and len(result.steps) == 9
     f = result.findings()
     assert f["ladder.stopped_at"] == "none" and f["ladder.remaining_option"] == QAT
     assert "quantization-aware training" in result.notes[-1]
@@ -194,6 +194,33 @@ def test_real_steps_on_a_smollm2_slice() -> None:
         ModelEvaluator(loaded, ["ppl"], 1.0, calibration, blocks=[0, 3])
     include, exclude = evaluator.selection(Step("s", "int4", keep_sensitive=True))
     assert include == ["model.layers.1.*"] and "model.layers.0.*" in exclude and "model.layers.3.*" in exclude
+
+
+def test_the_awq_step_installs_its_folds_and_restores_the_float_model() -> None:
+    """AWQ folds its scales into the RMSNorm weights (and v_proj / up_proj rows) before quantizing: the
+    step must change the model while it is evaluated and give every parameter back bit for bit. Its
+    bytes must equal plain RTN at the same scheme on the same layers (the same codes and scales are
+    stored; the folded norms are the same tensors at the same width)."""
+    from tests.model_helpers import smollm2_slice
+
+    loaded = smollm2_slice()
+    from precisionlab.eval.data import builtin_split, calibration_documents
+    from precisionlab.ptq import token_batches
+    from precisionlab.ptq.ladder import ModelEvaluator
+
+    calibration = token_batches(loaded.tokenizer, calibration_documents(builtin_split()), 256, 256)
+    evaluator = ModelEvaluator(loaded, ["ppl"], 1.0, calibration, blocks=[1], n_resamples=200)
+    before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
+    awq_step = next(s for s in ladder_steps("int4") if s.method == "awq")
+    awq = evaluator(awq_step, 2)
+    rtn = evaluator(Step("rtn-g128", awq_step.scheme, "rtn", True), 2)
+    for n, p in loaded.model.named_parameters():
+        assert np.array_equal(p.detach().numpy(), before[n].numpy()), n
+    assert awq.bytes == rtn.bytes
+    assert awq.difference != rtn.difference  # AWQ's weights are not RTN's
+    assert awq.ci_low <= awq.difference <= awq.ci_high and awq.verdict in ("pass", "fail", "inconclusive")
+    run = evaluator.evaluations[0].candidates[0]
+    assert run.quantized_layers == 7  # block 1's seven linears
 
 
 def test_a_step_on_the_sources_own_grid_is_marked_and_not_stopped_at() -> None:

@@ -19,7 +19,9 @@ before it unless it replaces one:
                                            their bytes (2 per weight + a 4-byte index) counted
     6 keep-sensitive   step 5, and embeddings, lm_head and the first and last blocks left in float
     7 gptq-g128        GPTQ at int4:g128 on the layers step 6 quantizes (replaces the outlier columns)
-    8 int8             one bit width up: int8:row on the layers step 6 quantizes
+    8 awq-g128         AWQ at int4:g128 on the same layers (its scales folded into the norms): the
+                       other calibrated method, tried when GPTQ does not pass
+    9 int8             one bit width up: int8:row on the layers step 6 quantizes
 
 Stop rule. A step passes when every task's verdict is "pass" (the whole confidence interval on
 the good side of --max-drop, declared before the run). "inconclusive" is not a pass: the step
@@ -53,6 +55,10 @@ _UP = {"int2": "int4", "int4": "int8", "int8": "int16", "fp4": "fp8", "fp8": "fp
 _ELEMENT = {"fp4": "e2m1", "fp8": "e4m3", "fp16": "fp16"}
 
 
+CALIBRATED = ("gptq", "awq")
+"""The step methods that run a PTQ method (`ptq.run.run_method`) on the calibration batches."""
+
+
 class GrowLimit(ValueError):
     """The evaluation data holds no more examples: the ladder stops growing the step."""
 
@@ -65,7 +71,7 @@ class Step:
     scheme: str
     """The weight scheme (the grid of every quantized layer)."""
     method: str = "rtn"
-    """"rtn" (the scheme as it is), "outliers" (fp16 outlier input columns) or "gptq"."""
+    """"rtn" (the scheme as it is), "outliers" (fp16 outlier input columns), "gptq" or "awq" (`CALIBRATED`)."""
     keep_sensitive: bool = False
     """Embeddings, lm_head and the first and last blocks left in float."""
     description: str = ""
@@ -176,6 +182,8 @@ def ladder_steps(target: str = "int4") -> list[Step]:
              description="and embeddings, lm_head, the first and last blocks in float"),
         Step("gptq-g128", f"{element}:g128", "gptq", True,
              description="GPTQ at g128 on the layers the previous step quantizes"),
+        Step("awq-g128", f"{element}:g128", "awq", True,
+             description="AWQ at g128 on the same layers, its scales folded into the norms"),
         Step(f"{up}", f"{up_element}:row", "rtn", True, description=f"one bit width up: {up_element} per channel"),
     ]
 
@@ -303,7 +311,7 @@ class ModelEvaluator:
         self.base = resolve_tasks(self.tasks, loaded.kind, size=1.0, seed=seed)
         self.base_examples = base_examples or len(self.base[0].items)
         self._abs_max: dict[str, Any] | None = None
-        self._gptq_runs: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._calibrated_runs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
         self._evaluated: list[Any] = []
 
     @property
@@ -364,8 +372,8 @@ class ModelEvaluator:
             from precisionlab.models.weights import linear_layers
 
             selected = linear_layers(model, include, exclude)
-            if step.method == "gptq":
-                return self._gptq(model, step, selected)
+            if step.method in CALIBRATED:
+                return self._calibrated(model, step, selected)
             abs_max = self._input_magnitudes(model)
             values: dict[str, Any] = {}
             stored: dict[str, int] = {}
@@ -397,22 +405,25 @@ class ModelEvaluator:
             self._abs_max = {n: cap.stats[n].abs_max.copy() for n in names}
         return self._abs_max
 
-    def _gptq(self, model: Any, step: Step, selected: dict[str, Any]) -> Any:
+    def _calibrated(self, model: Any, step: Step, selected: dict[str, Any]) -> Any:
+        """GPTQ or AWQ (step.method) on the selected block linears, installed reversibly (AWQ's folds
+        into the norms included: `install` restores every parameter that changed)."""
         import torch
 
         from precisionlab.ptq.install import install
         from precisionlab.ptq.run import run_method
 
+        method = step.method
         names = [n for n, m in selected.items() if isinstance(m, torch.nn.Linear) and n.startswith(f"{self.prefix}.")]
         if not names:
-            raise ValueError(f"step {step.name}: no block linear is selected for GPTQ")
-        key = (step.scheme, tuple(names))
-        if key not in self._gptq_runs:  # a grown evaluation of the step reuses its weights
-            self._gptq_runs[key] = run_method(model, "gptq", step.scheme, self.calibration, layers=names)
-        result = self._gptq_runs[key]
+            raise ValueError(f"step {step.name}: no block linear is selected for {method}")
+        key = (method, step.scheme, tuple(names))
+        if key not in self._calibrated_runs:  # a grown evaluation of the step reuses its weights
+            self._calibrated_runs[key] = run_method(model, method, step.scheme, self.calibration, layers=names)
+        result = self._calibrated_runs[key]
         failed = [r.name for r in result.layers if r.status != "ok"]
         if failed:
-            raise ValueError(f"step {step.name}: GPTQ failed on {len(failed)} layer(s), first {failed[0]}")
+            raise ValueError(f"step {step.name}: {method} failed on {len(failed)} layer(s), first {failed[0]}")
         stored = {n: q.nbytes for n, q in result.quantized.items()}
         return install(model, result.apply, stored, f"{step.name} {step.scheme}")
 
