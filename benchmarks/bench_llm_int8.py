@@ -147,6 +147,7 @@ def bench(blocks: list[int], tokens: int, thresholds: list[float], repeat: int) 
                 wq_h = quantize_weight(w_h)
                 on16 = llm_int8_matmul(x_h, w_h, t, wq_h, token_absmax="entries")
                 w_differ16 = int(np.count_nonzero(int8_codes(wq_h) != w_codes))
+                same16 = np.array_equal(np.sort(cols), np.sort(on16.outlier_columns))
                 a_codes16 = entries_codes(x_h, t, on16.outlier_columns)
                 a_differ16 = int(np.count_nonzero(a_codes16 != a_codes))
                 regular = np.where(np.abs(x_h) >= t, np.float32(0), x_h)
@@ -154,7 +155,9 @@ def bench(blocks: list[int], tokens: int, thresholds: list[float], repeat: int) 
                 check.append(f"  {n:34s} outlier sets {'equal' if same_cols else 'DIFFER'}; differing codes: "
                              f"weights {w_differ} / {w.size}, activations {a_differ if a_differ >= 0 else '-'} / "
                              f"{x.size}; |ours-bnb - bnb| / |bnb| {rows[t][-1]['vs']:.1e}\n"
-                             f"  {'':34s} on fp16 inputs: weights {w_differ16}, activations {a_differ16} "
+                             f"  {'':34s} on fp16 inputs: outlier sets {'equal' if same16 else 'DIFFER'}; "
+                             f"weights {w_differ16}, "
+                             f"activations {a_differ16} "
                              f"({off_tie} not at a tie); "
                              f"|ours-bnb - bnb| / |bnb| {relative_error(y_bnb, on16.output):.1e}")
 
