@@ -219,9 +219,17 @@ def main() -> None:
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
-        sys.exit("error: this benchmark compares with bitsandbytes: pip install bitsandbytes")
-    bench([int(b) for b in args.blocks.split(",")], args.tokens, [float(t) for t in args.thresholds.split(",")],
-          args.repeat)
+        print("error: this benchmark compares with bitsandbytes: pip install bitsandbytes", file=sys.stderr)
+        sys.exit(2)
+    try:
+        blocks = [int(b) for b in args.blocks.split(",")]
+        thresholds = [float(t) for t in args.thresholds.split(",")]
+        if not all(t > 0 for t in thresholds) or args.tokens < 1 or args.repeat < 1:
+            raise ValueError("thresholds, --tokens and --repeat must be positive")
+        bench(blocks, args.tokens, thresholds, args.repeat)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
