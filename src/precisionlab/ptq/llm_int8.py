@@ -5,8 +5,13 @@
       + s_x s_w^T * (Cx Cw^T)                      (int8 x int8, exact int32 accumulation)
 
 The int8 part is vector-wise: weights per output row (absmax / 127, fp32 scales, stored once,
-over all columns: `int8:row:scale=fp32`), activations per token over the non-outlier columns
-(the outlier columns are zeroed before their row absmax is taken), as bitsandbytes does.
+over all columns: `int8:row:scale=fp32`), activations per token. A token's absmax is taken, by
+default (`token_absmax="columns"`, the paper's split), over the non-outlier columns only: the
+outlier columns are zeroed first. bitsandbytes (0.50, `int8_vectorwise_quant`) zeroes only
+the entries with |X_tj| >= threshold, takes the row absmax over what is left (an outlier column's
+entries below the threshold still count), then zeroes the outlier columns' codes:
+`token_absmax="entries"` does that. Its token scale is never finer, and coarser wherever an outlier
+column's entry below the threshold is the token's largest.
 W~ is what the outlier columns multiply: by default the int8 weights dequantized to fp16
 (bitsandbytes' inference path: only int8 weights are stored); `outlier_weights="fp16"` keeps
 those columns of the original weight in fp16 (the paper's formula). The int8 products are
@@ -49,12 +54,14 @@ def quantize_weight(weight: Any) -> QuantizedTensor:
 
 
 def llm_int8_matmul(x: Any, weight: Any, threshold: float = THRESHOLD, weight_q: QuantizedTensor | None = None,
-                    outlier_weights: str = "int8") -> Int8Product:
+                    outlier_weights: str = "int8", token_absmax: str = "columns") -> Int8Product:
     """X W^T by the decomposition of the module docstring (x: (tokens, in), weight: (out, in))."""
     if not threshold > 0:
         raise ValueError(f"the outlier threshold must be > 0, got {threshold}")
     if outlier_weights not in ("int8", "fp16"):
         raise ValueError(f"outlier_weights must be 'int8' or 'fp16', got {outlier_weights!r}")
+    if token_absmax not in ("columns", "entries"):
+        raise ValueError(f"token_absmax must be 'columns' or 'entries', got {token_absmax!r}")
     xs = as_numpy(x, np.float32).reshape(-1, as_numpy(x).shape[-1])
     w = as_numpy(weight, np.float32)
     if xs.shape[1] != w.shape[1]:
@@ -62,10 +69,15 @@ def llm_int8_matmul(x: Any, weight: Any, threshold: float = THRESHOLD, weight_q:
     wq = quantize_weight(w) if weight_q is None else weight_q
     outliers = np.flatnonzero(np.abs(xs).max(axis=0) >= threshold) if xs.size else np.empty(0, dtype=np.int64)
     regular = xs.copy()
-    regular[:, outliers] = 0.0
+    if token_absmax == "columns":
+        regular[:, outliers] = 0.0
+    else:
+        regular[np.abs(xs) >= threshold] = 0.0
     xq = quantize(regular, INT8_ROW)
+    x_codes = int8_codes(xq).astype(np.float64)
+    x_codes[:, outliers] = 0.0  # a no-op for "columns"; for "entries" the outlier columns leave the int8 part
     # exact integer sums in float64 (BLAS): every product is below 2^14 and every partial sum an integer below 2^53
-    acc = int8_codes(xq).astype(np.float64) @ int8_codes(wq).astype(np.float64).T
+    acc = x_codes @ int8_codes(wq).astype(np.float64).T
     y = acc * xq.scales.astype(np.float64) * wq.scales.astype(np.float64).T
     if outliers.size:
         w_out = wq.dequantize()[:, outliers] if outlier_weights == "int8" else w[:, outliers]
