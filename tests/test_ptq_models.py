@@ -122,6 +122,22 @@ def test_llm_int8_keeps_outlier_columns_in_fp16(loaded, data) -> None:  # type: 
             assert r.output_error == r.rtn_output_error  # no outliers: it is plain int8
 
 
+def test_llm_int8_takes_bitsandbytes_token_scale_as_an_option(loaded, data) -> None:  # type: ignore[no-untyped-def]
+    # token_absmax='entries' (bitsandbytes' rule: only the entries >= threshold leave a token's absmax)
+    # reaches every layer's product: where an outlier column also holds entries below the threshold,
+    # the token scale is coarser than the paper's, so the error differs; with no outlier column the
+    # two rules are the same plain int8.
+    columns = run(loaded, data, "llm_int8", None, blocks=[1], samples=128)
+    entries = run(loaded, data, "llm_int8", None, blocks=[1], samples=128, token_absmax="entries")
+    assert entries.options["token_absmax"] == "entries"
+    pairs = list(zip(columns.layers, entries.layers, strict=True))
+    assert any(a.output_error != b.output_error for a, b in pairs if a.details["outlier_columns"])
+    for a, b in pairs:
+        assert a.details["outlier_columns"] == b.details["outlier_columns"], a.name
+        if not a.details["outlier_columns"]:
+            assert a.output_error == b.output_error, a.name
+
+
 def test_kivi_4bit_keeps_kl_on_long_text_within_the_declared_threshold() -> None:
     from precisionlab.ptq.kivi import KIVIConfig, kivi_kl
 

@@ -176,6 +176,8 @@ def test_too_few_tokens_for_a_layer_are_warned_with_the_number_needed(tiny) -> N
     ("gptq", "int4:g32", {"act_order": True}, "static_groups=True"),
     ("smoothquant", "int4:g32", None, "W8A8"),
     ("llm_int8", "int4", None, "fixed recipe"),
+    ("llm_int8", None, {"token_absmax": "rows"}, "token_absmax must be 'columns' or 'entries'"),
+    ("llm_int8", None, {"outlier_weights": "bf16"}, "outlier_weights must be 'int8' or 'fp16'"),
     ("kivi", "int8", None, "2 or 4 bits"),
     ("gptq", None, None, "needs a scheme"),
     ("qat", "int4", None, "unknown PTQ method"),

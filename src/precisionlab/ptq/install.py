@@ -207,13 +207,14 @@ def llm_int8_forward(model: Any, result: Any, sources: Mapping[str, np.ndarray] 
 
     threshold = float(result.options.get("threshold", THRESHOLD))
     outlier_weights = str(result.options.get("outlier_weights", "int8"))
+    token_absmax = str(result.options.get("token_absmax", "columns"))
     modules = dict(model.named_modules())
     replaced: list[Any] = []
 
     def make(module: Any, weight_q: Any, source: np.ndarray) -> Callable[..., Any]:
         def forward(self: Any, x: Any) -> Any:
             flat = x.detach().reshape(-1, x.shape[-1]).float().cpu().numpy()
-            y = llm_int8_matmul(flat, source, threshold, weight_q, outlier_weights).output
+            y = llm_int8_matmul(flat, source, threshold, weight_q, outlier_weights, token_absmax).output
             out = torch.from_numpy(y).to(device=x.device, dtype=x.dtype).reshape(*x.shape[:-1], y.shape[-1])
             return out if self.bias is None else out + self.bias
 

@@ -56,7 +56,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "awq": {"n_grid": 20, "duo_scaling": True, "clip": True, "objective": "block", "guard": True,
             "module_tokens": 512},
     "smoothquant": {"alpha": DEFAULT_ALPHA, "act_scheme": None, "samples": 512},
-    "llm_int8": {"threshold": THRESHOLD, "outlier_weights": "int8", "samples": 512},
+    "llm_int8": {"threshold": THRESHOLD, "outlier_weights": "int8", "token_absmax": "columns", "samples": 512},
     "kivi": {"group": kivi_mod.DEFAULT_GROUP, "residual": kivi_mod.DEFAULT_RESIDUAL, "prefill": 256,
              "max_kl": None},
 }
@@ -250,6 +250,9 @@ def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:
         cfg = kivi_mod.kivi_config(scheme, opts["group"], opts["residual"])
         return f"int{cfg.bits}"
     if method == "llm_int8":
+        for key, choices in (("outlier_weights", ("int8", "fp16")), ("token_absmax", ("columns", "entries"))):
+            if opts[key] not in choices:
+                raise ValueError(f"LLM.int8() {key} must be {' or '.join(map(repr, choices))}, got {opts[key]!r}")
         if scheme is not None:
             s = parse_scheme(scheme)
             if s.element != "int8" or s.granularity.value not in ("row", "tensor") or not s.symmetric or s.outliers:
@@ -553,7 +556,8 @@ def _llm_int8(model: Any, method: str, scheme: str, names: Sequence[str], calibr
             for part, x in _sample_parts(cal, ev, n):
                 b16 = np.zeros(w.shape[0]) if bias is None else bias.astype(np.float16).astype(np.float64)
                 reference = fp16_output(x, w) + b16
-                product = llm_int8_matmul(x, w, threshold, wq, str(opts["outlier_weights"]))
+                product = llm_int8_matmul(x, w, threshold, wq, str(opts["outlier_weights"]),
+                                          str(opts["token_absmax"]))
                 mixed = product.output + b16
                 plain = llm_int8_matmul(x, w, math.inf, wq).output + b16
                 setattr(record, f"{part}output_error", relative_error(reference, mixed))
