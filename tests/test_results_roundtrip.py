@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 
 from precisionlab.labs import all_labs, get_lab
-from precisionlab.labs.ptq import ladder_lab, ptq_lab
-from precisionlab.ptq.ladder import Step, StepOutcome, ladder_steps, run_ladder
-from precisionlab.ptq.run import LayerRecord, PTQResult
 from precisionlab.report.html import render_html
 from precisionlab.results import Figure, LabResult, Series, Skipped, Table
+from tests.saved_results import fabricated_ladder, fabricated_ptq
 
 FAST_LABS = [lab.name for lab in all_labs() if lab.name != "eval"]
 """Every registered lab but eval (53 s at its quick size on SmolLM2 and MiniLM: its test is marked slow; a
@@ -88,30 +86,6 @@ def test_the_eval_lab_at_its_quick_size_round_trips(tmp_path: Path) -> None:
     assert_round_trip(lab_result("eval"), tmp_path)
 
 
-def outcome(verdict: str, difference: float, bytes_: int, tasks: tuple[str, ...] = ("ppl",),
-            aligned: bool = False) -> StepOutcome:
-    low, high = difference - 0.4, difference + 0.4
-    return StepOutcome(verdict=verdict, difference=difference, ci_low=low, ci_high=high, bytes=bytes_, examples=16,
-                       examples_needed=64 if verdict == "inconclusive" else None, grid_aligned=aligned,
-                       alignment="aligned" if aligned else "no", bits_per_weight=4.5 if bytes_ > 2000 else math.nan,
-                       tasks={t: {"difference": difference, "ci_low": low, "ci_high": high, "verdict": verdict,
-                                  "unit": "%"} for t in tasks})
-
-
-def fabricated_ladder(spread: float = 1.0, tasks: tuple[str, ...] = ("ppl",)) -> LabResult:
-    """A ladder that climbs past a grid-aligned step and an inconclusive one to a pass (no model)."""
-    plan = {"per-tensor": ("fail", 40.0 * spread, 1500, False), "per-channel": ("pass", 0.1, 1800, True),
-            "per-group g128": ("inconclusive", 0.9, 2200, False), "per-group g64": ("pass", 0.2, 2600, False)}
-
-    def evaluate(step: Step, examples: int) -> StepOutcome:
-        verdict, difference, size, aligned = plan.get(step.name, ("fail", 9.0, 3000, False))
-        return outcome(verdict, difference, size, tasks, aligned)
-
-    result = run_ladder(ladder_steps("int4"), evaluate, examples=16, max_drop=1.0, target="int4")
-    return ladder_lab(result, {"model": "tiny", "target": "int4", "max_drop": 1.0},
-                      {"name": "tiny", "grid_note": "a Q4_1 source", "bytes": 4000})
-
-
 def test_a_fabricated_ladder_round_trips(tmp_path: Path) -> None:
     lab = fabricated_ladder()
     assert lab.section("steps").formats and lab.figures[0].hlines and lab.figures[0].series[0].style == "-o"
@@ -123,20 +97,6 @@ def test_a_ladder_on_a_symmetric_log_scale_with_two_tasks_round_trips(tmp_path: 
     assert lab.figures[0].yscale == "symlog" and [t.key for t in lab.sections] == ["steps", "tasks"]
     assert through_json(lab).figures[0].yscale == "symlog"
     assert_round_trip(lab, tmp_path)
-
-
-def fabricated_ptq(held_out: bool) -> LabResult:
-    layers = [LayerRecord(name="model.layers.0.mlp.up_proj", shape=(64, 32), output_error=0.012,
-                          rtn_output_error=0.02, eval_output_error=0.013, rtn_eval_output_error=0.021, seconds=0.25,
-                          peak_mb=3.5, tokens=512, details={"damping": 0.01, "damping_tries": 1, "dead_columns": 2}),
-              LayerRecord(name="model.layers.0.mlp.down_proj", shape=(32, 64), output_error=0.5, rtn_output_error=0.0,
-                          seconds=0.1, peak_mb=2.0, tokens=512),
-              LayerRecord(name="model.layers.1.self_attn.q_proj", shape=(32, 32), status="failed",
-                          note="Cholesky failed at damping 1.0")]
-    result = PTQResult(method="gptq", scheme="int4:g128", layers=layers, calibration_tokens=512,
-                       evaluation_tokens=256 if held_out else 0, seconds=1.5, peak_mb=12.0)
-    return ptq_lab(result, {"model": "tiny", "method": "gptq", "scheme": "int4:g128"},
-                   warnings=["only 512 calibration tokens for a width of 64"], eval_note="evaluation skipped")
 
 
 @pytest.mark.parametrize("held_out", [False, True])
