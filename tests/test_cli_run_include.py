@@ -166,6 +166,22 @@ def test_bad_includes_fail_before_any_lab_and_keep_the_old_report(run_cli, ladde
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "out", "report"]  # no staging folder left
 
 
+def test_a_file_inside_the_report_it_would_replace_is_refused(run_cli, ladder_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The new report replaces --out whole: a saved result inside it would be deleted with the old report."""
+    report = tmp_path / "out"  # `ladder --out out/ladder`, then `run` with its default --out out
+    one_line_error(run_cli("run", "--only", "formats", "--include", str(ladder_dir), "--out", str(report)),
+                   f"error: {ladder_dir / 'ladder.json'} is inside --out {report}, which the new report replaces")
+    assert (ladder_dir / "ladder.json").is_file()
+    report = tmp_path / "report"
+    assert run_cli("run", "--only", "formats", "--out", str(report)).exit_code == 0
+    kept = report / "saved" / "ladder.json"
+    write_json(kept, json.loads((ladder_dir / "ladder.json").read_text()))
+    before = snapshot(report)
+    one_line_error(run_cli("run", "--only", "formats", "--include", str(report / "saved"), "--out", str(report)),
+                   f"error: {kept} is inside --out {report}, which the new report replaces whole")
+    assert snapshot(report) == before
+
+
 def test_an_empty_include_path_is_refused(run_cli) -> None:  # type: ignore[no-untyped-def]
     one_line_error(run_cli("run", "--only", "formats", "--include", ""),
                    "error: --include: an empty path is not a file or directory name")

@@ -45,6 +45,10 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
 
     labs = all_labs() if only is None else select_labs([name.strip() for name in only.split(",") if name.strip()])
     included = read_included(include, running=[lab.name for lab in labs])  # before any lab runs
+    for saved in included:
+        if saved.path.resolve().is_relative_to(out_dir.resolve()):
+            raise ValueError(f"{saved.path} is inside --out {out_dir}, which the new report replaces whole (the file "
+                             "would be deleted): write the report to another folder, or move the file out first")
     record = provenance()
     results, timings = [], []
     logged = not stderr_is_terminal()
