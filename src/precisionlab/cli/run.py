@@ -67,8 +67,9 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
                     step(f"ran {lab.name}")
         start = time.perf_counter()
         write_report_files(results, stage, record, svg, included)
+        reported = [*results, *(saved.result for saved in included)]
         if csv_stage is not None:
-            write_csv_files([*results, *(saved.result for saved in included)], csv_stage)
+            write_csv_files(reported, csv_stage)
         if logged:
             click.echo(f"wrote the report in {time.perf_counter() - start:.1f} s", err=True)
     for result, seconds in zip(results, timings, strict=True):
@@ -78,10 +79,9 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
         result = saved.result
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
                    f"{len(result.findings):>4} findings  included from {saved.path}")
-    for result in [*results, *(saved.result for saved in included)]:
+    for result in reported:
         for part in result.skipped:
             click.echo(f"skipped in {result.name}: {part.message()}")
     click.echo(f"wrote {out_dir / 'results.json'} and {out_dir / 'index.html'}")
     if csv_dir is not None:
-        tables = sum(len(r.sections) for r in [*results, *(saved.result for saved in included)])
-        click.echo(f"wrote {tables} CSV tables to {csv_dir}")
+        click.echo(f"wrote {sum(len(r.sections) for r in reported)} CSV tables to {csv_dir}")
