@@ -14,26 +14,27 @@ from precisionlab.results import LabResult
 def outcome(verdict: str, difference: float, bytes_: int, tasks: tuple[str, ...] = ("ppl",),
             aligned: bool = False) -> StepOutcome:
     low, high = difference - 0.4, difference + 0.4
+    bits = 4.5 if bytes_ > 62_000_000 else math.nan  # the first two steps without it: a nan cell
     return StepOutcome(verdict=verdict, difference=difference, ci_low=low, ci_high=high, bytes=bytes_, examples=16,
                        examples_needed=64 if verdict == "inconclusive" else None, grid_aligned=aligned,
-                       alignment="aligned" if aligned else "no", bits_per_weight=4.5 if bytes_ > 2000 else math.nan,
+                       alignment="aligned" if aligned else "no", bits_per_weight=bits,
                        tasks={t: {"difference": difference, "ci_low": low, "ci_high": high, "verdict": verdict,
                                   "unit": "%"} for t in tasks})
 
 
 def fabricated_climb(spread: float = 1.0, tasks: tuple[str, ...] = ("ppl",)) -> LadderResult:
     """A climb past a failing, a grid-aligned and an inconclusive step to a pass at g64 (no model)."""
-    plan = {"per-tensor": ("fail", 40.0 * spread, 1500, False), "per-channel": ("pass", 0.1, 1800, True),
-            "g128": ("inconclusive", 0.9, 2200, False), "g64": ("pass", 0.2, 2600, False)}
+    plan = {"per-tensor": ("fail", 40.0 * spread, 60_000_000, False), "per-channel": ("pass", 0.1, 61_000_000, True),
+            "g128": ("inconclusive", 0.9, 65_000_000, False), "g64": ("pass", 0.2, 68_000_000, False)}
 
     def evaluate(step: Step, examples: int) -> StepOutcome:
-        verdict, difference, size, aligned = plan.get(step.name, ("fail", 9.0, 3000, False))
+        verdict, difference, size, aligned = plan.get(step.name, ("fail", 9.0, 90_000_000, False))
         return outcome(verdict, difference, size, tasks, aligned)
 
     return run_ladder(ladder_steps("int4"), evaluate, examples=16, max_drop=1.0, target="int4")
 
 
-LADDER_MODEL = {"name": "tiny", "grid_note": "a Q4_1 source", "bytes": 4000}
+LADDER_MODEL = {"name": "tiny", "grid_note": "a Q4_1 source", "bytes": 270_000_000}
 
 
 def fabricated_ladder(spread: float = 1.0, tasks: tuple[str, ...] = ("ppl",)) -> LabResult:
