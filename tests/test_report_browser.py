@@ -1,7 +1,8 @@
 """The HTML report in a real browser (headless Chromium through Selenium).
 
-The full default report (`precisionlab run`, every lab at its default size) is built once per
-session; set PRECISIONLAB_BROWSER_REPORT=quick to use `run --quick` instead. At 1000, 1280 and
+The full default report (`precisionlab run`, every lab at its default size, plus a saved ladder
+result through --include) is built once per session; set PRECISIONLAB_BROWSER_REPORT=quick to use
+`run --quick` instead. At 1000, 1280 and
 1920 px the page must not scroll sideways (wide tables scroll inside their own boxes), every
 image must have loaded, every contents and summary link must land on an element, and the console
 must hold no error. A screenshot of each width is saved beside the report (screenshot-<width>.png).
@@ -53,13 +54,18 @@ def browser_paths() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def report(browser_paths: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The default report, built once (`run --quick` with PRECISIONLAB_BROWSER_REPORT=quick)."""
+    """The default report, built once (`run --quick` with PRECISIONLAB_BROWSER_REPORT=quick), with a saved
+    ladder (a fabricated climb, tests/saved_results.py) included after the labs."""
     from click.testing import CliRunner
 
     from precisionlab.cli.main import cli
+    from precisionlab.report.outputs import write_lab
+    from tests.saved_results import fabricated_ladder
 
-    out = tmp_path_factory.mktemp("browser") / "report"
-    args = ["run", "--out", str(out)]
+    folder = tmp_path_factory.mktemp("browser")
+    write_lab(fabricated_ladder(), folder / "ladder")
+    out = folder / "report"
+    args = ["run", "--out", str(out), "--include", str(folder / "ladder" / "ladder.json")]
     if os.environ.get("PRECISIONLAB_BROWSER_REPORT", "").strip().lower() == "quick":
         args.append("--quick")
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
@@ -163,3 +169,12 @@ def test_the_report_has_its_tables_once_and_its_provenance(report: Path, driver)
     text = driver.execute_script("return document.querySelector('.provenance').innerText")
     for field in ("precisionlab", "date", "cpu", "python", "numpy", "command"):
         assert field in text
+
+
+def test_the_included_ladder_is_a_section_with_its_figure(report: Path, driver) -> None:  # type: ignore[no-untyped-def]
+    _open(driver, report / "index.html", 1280)
+    last = driver.execute_script("return [...document.querySelectorAll('section.lab')].map(s => s.id).pop()")
+    assert last == "lab-ladder"
+    width = driver.execute_script("return document.querySelector('#lab-ladder figure img').naturalWidth")
+    assert width > 0
+    assert driver.execute_script("return document.querySelector('nav a[href=\"#lab-ladder\"]') !== null")

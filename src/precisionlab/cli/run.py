@@ -3,6 +3,10 @@
 The report folder is written whole: it is built in a staging folder beside --out (created, and so
 checked for writability, before the first lab runs) and swapped in at the end; an error or Ctrl-C
 leaves the previous report as it was. An existing --out must be a previous report or empty.
+
+`--include FILE.json` (repeatable; a directory: its <name>.json files) adds saved results (the JSON that
+`ladder`, `ptq`, `eval` and every other command write with --out) as sections after the labs that ran. They
+are read and checked before any lab runs, so a bad one costs nothing and the previous report stays.
 """
 
 from __future__ import annotations
@@ -26,15 +30,25 @@ from precisionlab.labs import all_labs, select_labs
 @click.option("--csv", "csv_dir", type=NonEmptyPath(file_okay=False, path_type=Path), default=None,
               help="Also write every table of every lab as CSV into this directory (<lab>_<table>.csv).")
 @click.option("--svg", is_flag=True, help="An SVG beside each PNG (the report links to it).")
-def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, svg: bool) -> None:
+@click.option("--include", "include", multiple=True, type=NonEmptyPath(path_type=Path),
+              help="A saved lab result (<name>.json from a command's --out, e.g. out/ladder/ladder.json) or a "
+                   "directory of them, added as sections after the labs that ran; repeatable, in the order given.")
+def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, svg: bool,
+            include: tuple[Path, ...]) -> None:
     """Run every lab at its default size and write one report.
 
     Off a terminal (CI logs, pipes) one line per finished lab, with its time, goes to stderr.
     """
     from precisionlab.report.folders import files_folder, report_folder
     from precisionlab.report.outputs import write_csv_files, write_report_files
+    from precisionlab.report.saved import read_included
 
     labs = all_labs() if only is None else select_labs([name.strip() for name in only.split(",") if name.strip()])
+    included = read_included(include, running=[lab.name for lab in labs])  # before any lab runs
+    for saved in included:
+        if saved.path.resolve().is_relative_to(out_dir.resolve()):
+            raise ValueError(f"{saved.path} is inside --out {out_dir}, which the new report replaces whole (the file "
+                             "would be deleted): write the report to another folder, or move the file out first")
     record = provenance()
     results, timings = [], []
     logged = not stderr_is_terminal()
@@ -52,17 +66,22 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
                 else:
                     step(f"ran {lab.name}")
         start = time.perf_counter()
-        write_report_files(results, stage, record, svg)
+        write_report_files(results, stage, record, svg, included)
+        reported = [*results, *(saved.result for saved in included)]
         if csv_stage is not None:
-            write_csv_files(results, csv_stage)
+            write_csv_files(reported, csv_stage)
         if logged:
             click.echo(f"wrote the report in {time.perf_counter() - start:.1f} s", err=True)
     for result, seconds in zip(results, timings, strict=True):
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
                    f"{len(result.findings):>4} findings  {seconds:6.2f} s")
-    for result in results:
+    for saved in included:
+        result = saved.result
+        click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
+                   f"{len(result.findings):>4} findings  included from {saved.path}")
+    for result in reported:
         for part in result.skipped:
             click.echo(f"skipped in {result.name}: {part.message()}")
     click.echo(f"wrote {out_dir / 'results.json'} and {out_dir / 'index.html'}")
     if csv_dir is not None:
-        click.echo(f"wrote {sum(len(r.sections) for r in results)} CSV tables to {csv_dir}")
+        click.echo(f"wrote {sum(len(r.sections) for r in reported)} CSV tables to {csv_dir}")

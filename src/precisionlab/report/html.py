@@ -179,9 +179,11 @@ def _row_key(row: Sequence[Scalar]) -> tuple[object, ...]:
 
 
 def render_html(results: Sequence[LabResult], figures: Mapping[tuple[str, str], FigureFile] | None = None,
-                provenance: Mapping[str, object] | None = None) -> str:
-    """The report page. figures: (lab name, figure key) -> its files (default: <lab>_<key>.png, 880x550)."""
+                provenance: Mapping[str, object] | None = None, origins: Mapping[str, str] | None = None) -> str:
+    """The report page. figures: (lab name, figure key) -> its files (default: <lab>_<key>.png, 880x550);
+    origins: lab name -> a line under its heading saying where a result made elsewhere came from."""
     figures = figures or {}
+    origins = origins or {}
     shown = _Shown()
     ids: set[str] = set()
 
@@ -210,6 +212,8 @@ def render_html(results: Sequence[LabResult], figures: Mapping[tuple[str, str], 
     for result in results:
         out.append(f"<section class='lab' id='{lab_ids[result.name]}' aria-labelledby='{lab_ids[result.name]}-h'>")
         out.append(f"<h2 id='{lab_ids[result.name]}-h'>{_e(result.title)}</h2>")
+        if result.name in origins:
+            out.append(f"<p class='muted origin'>{_e(origins[result.name])}</p>")
         if result.summary:
             out.append(f"<p>{_e(result.summary)}</p>")
         for part in result.skipped:

@@ -16,6 +16,7 @@ from pathlib import Path
 from precisionlab._atomic import atomic_write_text
 from precisionlab.report.folders import files_folder, report_folder
 from precisionlab.report.html import FigureFile, render_html
+from precisionlab.report.saved import SavedLab
 from precisionlab.results import LabResult, Table, jsonable
 
 __all__ = ["atomic_write_text", "dumps", "render_html", "table_csv", "write_csv_files", "write_figures",
@@ -92,17 +93,25 @@ def write_csv_files(results: Sequence[LabResult], folder: Path) -> list[Path]:
 
 
 def write_report_files(results: Sequence[LabResult], folder: Path, provenance: Mapping[str, object] | None = None,
-                       svg: bool = False) -> list[Path]:
-    """results.json, index.html and every figure of every lab, into an open folder."""
+                       svg: bool = False, included: Sequence[SavedLab] = ()) -> list[Path]:
+    """results.json, index.html and every figure of every lab, into an open folder.
+
+    included: saved results (report.saved) that follow the labs, each section saying where it came from;
+    results.json lists them under "included" (lab, file, the provenance saved with it)."""
+    everything = [*results, *(saved.result for saved in included)]
     figures: dict[tuple[str, str], FigureFile] = {}
-    for result in results:
+    for result in everything:
         figures.update(write_figures(result, folder, svg))
     paths = [folder / f.png for f in figures.values()] + [folder / f.svg for f in figures.values() if f.svg]
-    payload: dict[str, object] = {"labs": [r.to_dict() for r in results]}
+    payload: dict[str, object] = {"labs": [r.to_dict() for r in everything]}
     if provenance is not None:
         payload = {"provenance": jsonable(dict(provenance)), **payload}
+    if included:
+        payload["included"] = jsonable([{"lab": s.result.name, "file": str(s.path), "provenance": s.provenance}
+                                        for s in included])
+    origins = {saved.result.name: saved.origin() for saved in included}
     paths.append(atomic_write_text(folder / "results.json", dumps(payload)))
-    paths.append(atomic_write_text(folder / "index.html", render_html(results, figures, provenance)))
+    paths.append(atomic_write_text(folder / "index.html", render_html(everything, figures, provenance, origins)))
     return paths
 
 
