@@ -44,6 +44,7 @@ from precisionlab.interop.distribute import map_tasks
 from precisionlab.interop.results_log import ResultsLog
 from precisionlab.quant import error_metrics, parse_scheme, quantize
 from precisionlab.quant.scheme import Granularity
+from precisionlab.results import NON_FINITE, jsonable
 
 RECORD_VERSION = 1
 """Version of the record layout in the results log; a log of another version is not resumed."""
@@ -54,7 +55,6 @@ RESULTS_NAME = "audit-tensors.jsonl"
 CHUNK = 1 << 20
 """Elements per statistics chunk: the float64 temporaries stay a few MiB whatever the tensor."""
 
-_NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 # --------------------------------------------------------------------------- opening a checkpoint
@@ -245,30 +245,9 @@ def batches(names: Sequence[str], sizes: Mapping[str, int], limit: int = BATCH_B
 
 
 # --------------------------------------------------------------------------- records as JSON
-def _strict(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if isinstance(value, (bool, str)) or value is None:
-        return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return v
-    if hasattr(value, "tolist"):
-        return _strict(value.tolist())
-    return str(value)
-
-
 def dumps_record(record: Mapping[str, Any]) -> str:
     """One line of strict JSON (non-finite numbers as "inf" / "-inf" / "nan")."""
-    return json.dumps(_strict(record), separators=(",", ":"), allow_nan=False)
+    return json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False)
 
 
 def number(value: Any) -> float | None:
@@ -276,7 +255,7 @@ def number(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return _NON_FINITE[value]
+        return NON_FINITE[value]
     return float(value)
 
 
