@@ -53,26 +53,19 @@ def test_unknown_task(run_cli) -> None:  # type: ignore[no-untyped-def]
     one_line_error(run_cli("eval", "--tasks", "ppl,mmlu"), "unknown task 'mmlu'")
 
 
-def test_missing_transformers_names_the_extra(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("peer", "message"), [
+    ("transformers", "need transformers, which is not installed: pip install 'precisionlab[models]'"),
+    ("torch", "need torch, which is not installed: pip install torch==2.13.0"),
+])
+def test_a_missing_peer_names_its_install(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                          peer: str, message: str) -> None:
     from precisionlab.models import peers
 
     (tmp_path / "config.json").write_text("{}")
     real = peers.importlib.util.find_spec
-    monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None if name == "transformers" else real(name))
+    monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None if name == peer else real(name))
     result = run_cli("eval", "--model", str(tmp_path))
-    one_line_error(result, "need transformers, which is not installed: pip install 'precisionlab[models]'")
-
-
-def test_missing_torch_names_its_pinned_install(run_cli, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from precisionlab.models import peers
-
-    (tmp_path / "config.json").write_text("{}")
-    real = peers.importlib.util.find_spec
-    monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None if name == "torch" else real(name))
-    result = run_cli("eval", "--model", str(tmp_path))
-    one_line_error(result, "need torch, which is not installed: pip install torch==2.13.0")
+    one_line_error(result, message)
 
 
 def test_task_that_does_not_fit_the_model(run_cli) -> None:  # type: ignore[no-untyped-def]
