@@ -44,11 +44,7 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
     from precisionlab.report.saved import read_included
 
     labs = all_labs() if only is None else select_labs([name.strip() for name in only.split(",") if name.strip()])
-    included = read_included(include, running=[lab.name for lab in labs])  # before any lab runs
-    for saved in included:
-        if saved.path.resolve().is_relative_to(out_dir.resolve()):
-            raise ValueError(f"{saved.path} is inside --out {out_dir}, which the new report replaces whole (the file "
-                             "would be deleted): write the report to another folder, or move the file out first")
+    included = read_included(include, running=[lab.name for lab in labs], replaced=out_dir)  # before any lab runs
     record = provenance()
     results, timings = [], []
     logged = not stderr_is_terminal()
@@ -72,13 +68,10 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
             write_csv_files(reported, csv_stage)
         if logged:
             click.echo(f"wrote the report in {time.perf_counter() - start:.1f} s", err=True)
-    for result, seconds in zip(results, timings, strict=True):
+    tails = [f"{seconds:6.2f} s" for seconds in timings] + [f"included from {saved.path}" for saved in included]
+    for result, tail in zip(reported, tails, strict=True):
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
-                   f"{len(result.findings):>4} findings  {seconds:6.2f} s")
-    for saved in included:
-        result = saved.result
-        click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
-                   f"{len(result.findings):>4} findings  included from {saved.path}")
+                   f"{len(result.findings):>4} findings  {tail}")
     for result in reported:
         for part in result.skipped:
             click.echo(f"skipped in {result.name}: {part.message()}")

@@ -71,11 +71,13 @@ def saved_files(path: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
-def read_included(paths: Iterable[str | os.PathLike[str]], running: Iterable[str] = ()) -> list[SavedLab]:
+def read_included(paths: Iterable[str | os.PathLike[str]], running: Iterable[str] = (),
+                  replaced: str | os.PathLike[str] | None = None) -> list[SavedLab]:
     """Every saved result the paths name (files, or directories of <name>.json files), in order.
 
     ValueError when two of them hold the same lab, or one holds a lab in `running` (the labs the
-    report also runs): a report has one section per lab name."""
+    report also runs): a report has one section per lab name; or when a file lies inside `replaced`,
+    the folder the new report replaces whole (the file would be deleted)."""
     running = set(running)
     saved: list[SavedLab] = []
     for path in paths:
@@ -91,5 +93,8 @@ def read_included(paths: Iterable[str | os.PathLike[str]], running: Iterable[str
             if name in running:
                 raise ValueError(f"{file} holds the lab {name!r}, which this run also runs; leave that lab out "
                                  "with --only or include a result of another name")
+            if replaced is not None and file.resolve().is_relative_to(Path(replaced).resolve()):
+                raise ValueError(f"{file} is inside --out {replaced}, which the new report replaces whole (the file "
+                                 "would be deleted): write the report to another folder, or move the file out first")
             saved.append(item)
     return saved
