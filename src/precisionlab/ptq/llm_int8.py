@@ -53,15 +53,23 @@ def quantize_weight(weight: Any) -> QuantizedTensor:
     return quantize(as_numpy(weight, np.float32), INT8_ROW)
 
 
+CHOICES = {"outlier_weights": ("int8", "fp16"), "token_absmax": ("columns", "entries")}
+"""The values of the two string options (see the module docstring)."""
+
+
+def check_options(outlier_weights: str, token_absmax: str) -> None:
+    """ValueError naming an option whose value is not one of CHOICES."""
+    for key, value in (("outlier_weights", outlier_weights), ("token_absmax", token_absmax)):
+        if value not in CHOICES[key]:
+            raise ValueError(f"LLM.int8() {key} must be {' or '.join(map(repr, CHOICES[key]))}, got {value!r}")
+
+
 def llm_int8_matmul(x: Any, weight: Any, threshold: float = THRESHOLD, weight_q: QuantizedTensor | None = None,
                     outlier_weights: str = "int8", token_absmax: str = "columns") -> Int8Product:
     """X W^T by the decomposition of the module docstring (x: (tokens, in), weight: (out, in))."""
     if not threshold > 0:
         raise ValueError(f"the outlier threshold must be > 0, got {threshold}")
-    if outlier_weights not in ("int8", "fp16"):
-        raise ValueError(f"outlier_weights must be 'int8' or 'fp16', got {outlier_weights!r}")
-    if token_absmax not in ("columns", "entries"):
-        raise ValueError(f"token_absmax must be 'columns' or 'entries', got {token_absmax!r}")
+    check_options(outlier_weights, token_absmax)
     xs = as_numpy(x, np.float32).reshape(-1, as_numpy(x).shape[-1])
     w = as_numpy(weight, np.float32)
     if xs.shape[1] != w.shape[1]:

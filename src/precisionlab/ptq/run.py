@@ -37,7 +37,7 @@ from precisionlab.ptq.activations import InputStatistics, LayerOutputError, outp
 from precisionlab.ptq.calibration import Capture, cache_keyword, capture, check_tokens
 from precisionlab.ptq.gptq import gptq_quantize
 from precisionlab.ptq.grid import check_columnwise
-from precisionlab.ptq.llm_int8 import THRESHOLD, fp16_output, llm_int8_matmul, quantize_weight
+from precisionlab.ptq.llm_int8 import THRESHOLD, check_options, fp16_output, llm_int8_matmul, quantize_weight
 from precisionlab.ptq.measure import MemoryMeter
 from precisionlab.ptq.peers import require_torch
 from precisionlab.ptq.smoothquant import DEFAULT_ALPHA, check_w8a8, search_alpha, smoothing_scales, w8a8_output
@@ -250,9 +250,7 @@ def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:
         cfg = kivi_mod.kivi_config(scheme, opts["group"], opts["residual"])
         return f"int{cfg.bits}"
     if method == "llm_int8":
-        for key, choices in (("outlier_weights", ("int8", "fp16")), ("token_absmax", ("columns", "entries"))):
-            if opts[key] not in choices:
-                raise ValueError(f"LLM.int8() {key} must be {' or '.join(map(repr, choices))}, got {opts[key]!r}")
+        check_options(opts["outlier_weights"], opts["token_absmax"])
         if scheme is not None:
             s = parse_scheme(scheme)
             if s.element != "int8" or s.granularity.value not in ("row", "tensor") or not s.symmetric or s.outliers:
