@@ -27,10 +27,11 @@ SLICE_BLOCKS = 4
 
 
 def require_peers(*extra: str) -> None:
-    """Skip the calling test unless torch, transformers (and `extra`) are installed."""
+    """Skip the calling test, or the calling module when called at its top level, unless torch,
+    transformers (and `extra`) are installed."""
     for name in ("torch", "transformers", "safetensors", *extra):
         if importlib.util.find_spec(name) is None:
-            pytest.skip(f"needs {name} (pip install torch==2.13.0 'precisionlab[models]')")
+            pytest.skip(f"needs {name} (pip install torch==2.13.0 'precisionlab[models]')", allow_module_level=True)
 
 
 def require_packaged(name: str) -> None:
