@@ -56,10 +56,13 @@ def test_ci_runs_the_readme_lines_exactly_in_order_around_the_peer_install() -> 
     code = ci_code_lines()
     calls = [i for i, line in enumerate(code) if re.fullmatch(r'readme_line "\$README_[A-Z_]+"', line)]
     called = [re.search(r"README_[A-Z_]+", code[i]).group(0) for i in calls]  # type: ignore[union-attr]
-    assert called == list(assigned), f".ci/run must run each README line once, in order; it runs {called}"
+    core, tests = list(assigned)
+    assert called == [core, tests, tests], (f".ci/run must run the core line, then the test line without the peers "
+                                            f"and again with them; it runs {called}")
     venv = next(i for i, line in enumerate(code) if "-m venv" in line)
     peers = next(i for i, line in enumerate(code) if line == "install_peers")
-    assert venv < calls[0] < peers < calls[1], "core line in the fresh venv before the peers; tests after them"
+    assert venv < calls[0] < calls[1] < peers < calls[2], \
+        "core line and the tests in the fresh venv before the peers; the tests again after them"
 
 
 def test_ci_pins_torch_the_same_way_in_peers_and_constraints() -> None:
