@@ -22,6 +22,8 @@ from tests.test_eval_cli import one_line_error
     (("--method", "kivi", "--scheme", "int3"), "KIVI"),
     (("--method", "gptq", "--scheme", "int4:g128", "--set", "dampp=0.1"), "unknown option 'dampp' for gptq"),
     (("--method", "gptq", "--scheme", "int4:g128", "--set", "damp"), "--set: expected KEY=VALUE"),
+    (("--method", "gptq", "--scheme", "int4:g128", "--set", "sequential=yes"), "sequential must be one of off, "
+                                                                              "block, layer"),
     (("--method", "rtn", "--scheme", "int4", "--blocks", "a,b"), "--blocks: expected block numbers"),
     (("--method", "rtn", "--scheme", "int4", "--calib-size", "0"), "--calib-size must be a positive"),
     (("--method", "rtn", "--scheme", "int4", "--max-drop", "-1"), "--max-drop must be a finite number"),

@@ -176,7 +176,8 @@ def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
                    "it overlaps the evaluation data.")
 @click.option("--calib-size", type=int, default=2048, show_default=True, help="Calibration tokens.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="A method option (gptq: damp, act_order, static_groups, block_size; awq: n_grid, clip, "
+              help="A method option (gptq: damp, act_order, static_groups, block_size, sequential=off|block|layer; "
+                   "awq: n_grid, clip, "
                    "duo_scaling; smoothquant: alpha, act_scheme; llm_int8: threshold; kivi: residual, group, "
                    "prefill, max_kl). Repeatable.")
 @click.option("--eval-tasks", multiple=True,

@@ -12,7 +12,13 @@ forward hooks (running statistics, never all activations).
         (q/k/v_proj, gate/up_proj) share one. The forward stops as soon as every hooked module
         has run (the rest of the model is not needed). `modules` names whole modules whose
         positional and keyword inputs are kept (up to `module_tokens` tokens) so that a method
-        can run them again (AWQ's block objective).
+        can run them again (AWQ's block objective). A batch may also be a `ModuleCall`, a
+        recorded call of one block run again as it is (sequential GPTQ's block by block capture).
+    block_calls(model, block, batches) / next_block_calls(calls, block)
+        the calls of a transformer block over the batches, recorded from one forward pass each;
+        and the calls of the block after it, made by running `block` on them and handing its
+        output on in place of the hidden states (every other input unchanged, as a decoder
+        stack passes the same mask and positions to each block).
 """
 
 from __future__ import annotations
@@ -46,6 +52,46 @@ class Capture:
     module_inputs: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = field(default_factory=dict)
     """Module name -> (args, kwargs) of each captured call."""
     tokens: int = 0
+
+
+@dataclass
+class ModuleCall:
+    """One call of a module, recorded to be run again: `module(*args, **kwargs)`, `tokens` tokens."""
+
+    module: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    tokens: int
+
+    def run(self) -> Any:
+        """The module's hidden-state output (the first element when it returns a tuple)."""
+        out = self.module(*self.args, **self.kwargs)
+        return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def block_calls(model: Any, block: str, batches: Iterable[Any]) -> list[ModuleCall]:
+    """Every call of the module named `block` over the batches (one forward each, stopped at the block)."""
+    cap = capture(model, [], batches, modules=[block], module_tokens=2**62)
+    module = dict(model.named_modules())[block]
+    calls = []
+    for args, kwargs in cap.module_inputs[block]:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        calls.append(ModuleCall(module, args, kwargs, int(hidden.numel() // hidden.shape[-1])))
+    return calls
+
+
+def next_block_calls(calls: Sequence[ModuleCall], block: Any) -> list[ModuleCall]:
+    """The calls of `block` made from the outputs of `calls` (module docstring)."""
+    torch = require_torch("calibration")
+    out = []
+    with torch.no_grad():
+        for call in calls:
+            hidden = call.run()
+            if call.args:
+                out.append(ModuleCall(block, (hidden, *call.args[1:]), call.kwargs, call.tokens))
+            else:
+                out.append(ModuleCall(block, (), {**call.kwargs, "hidden_states": hidden}, call.tokens))
+    return out
 
 
 def token_batches(tokenizer: Any, documents: Iterable[Any], n_tokens: int, seq_len: int = 512) -> list[Any]:
@@ -142,18 +188,11 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
         with torch.no_grad():
             batch_list = list(batches)
             for index, batch in enumerate(batch_list):
-                ids = batch["input_ids"] if isinstance(batch, dict) else batch
-                mask = batch.get("attention_mask") if isinstance(batch, dict) else None
                 fired.clear()
                 seen_inputs.clear()
-                extra: dict[str, Any] = {}
-                if "use_cache" in accepts:
-                    extra["use_cache"] = False
-                if mask is not None:
-                    extra["attention_mask"] = mask
                 with contextlib.suppress(_Stop):
-                    model(ids, **extra)
-                tokens += int(ids.shape[0] * ids.shape[1]) if ids.dim() >= 2 else int(ids.numel())
+                    _run_batch(model, batch, accepts)
+                tokens += _token_count(batch)
                 first_batch[0] = False
                 if progress is not None:
                     progress("calibration", index + 1, len(batch_list))
@@ -166,6 +205,28 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
     if not_reached:
         raise ValueError(f"no calibration input reached {not_reached[0]} (is it used in the forward pass?)")
     return Capture(stats, shared, inputs, tokens)
+
+
+def _run_batch(model: Any, batch: Any, accepts: set[str]) -> None:
+    """One forward pass: a recorded call as it is, or the model on token ids (a dict may add a mask)."""
+    if isinstance(batch, ModuleCall):
+        batch.run()
+        return
+    ids = batch["input_ids"] if isinstance(batch, dict) else batch
+    mask = batch.get("attention_mask") if isinstance(batch, dict) else None
+    extra: dict[str, Any] = {}
+    if "use_cache" in accepts:
+        extra["use_cache"] = False
+    if mask is not None:
+        extra["attention_mask"] = mask
+    model(ids, **extra)
+
+
+def _token_count(batch: Any) -> int:
+    if isinstance(batch, ModuleCall):
+        return batch.tokens
+    ids = batch["input_ids"] if isinstance(batch, dict) else batch
+    return int(ids.shape[0] * ids.shape[1]) if ids.dim() >= 2 else int(ids.numel())
 
 
 def forward_parameters(model: Any) -> set[str]:

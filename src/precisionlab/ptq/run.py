@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,14 +35,23 @@ import numpy as np
 from precisionlab.ptq import awq as awq_mod
 from precisionlab.ptq import kivi as kivi_mod
 from precisionlab.ptq.activations import InputStatistics, LayerOutputError, output_error, relative_error
-from precisionlab.ptq.calibration import Capture, cache_keyword, capture, check_tokens
+from precisionlab.ptq.calibration import (
+    CalibrationWarning,
+    Capture,
+    block_calls,
+    cache_keyword,
+    capture,
+    check_tokens,
+    next_block_calls,
+)
 from precisionlab.ptq.gptq import gptq_quantize
 from precisionlab.ptq.grid import check_columnwise
 from precisionlab.ptq.llm_int8 import THRESHOLD, check_options, fp16_output, llm_int8_matmul, quantize_weight
 from precisionlab.ptq.measure import MemoryMeter
 from precisionlab.ptq.peers import require_torch
 from precisionlab.ptq.smoothquant import DEFAULT_ALPHA, check_w8a8, search_alpha, smoothing_scales, w8a8_output
-from precisionlab.ptq.structure import ScaleGroup, fold_scales, linear_names, scale_groups
+from precisionlab.ptq.structure import ScaleGroup, block_of, fold_scales, linear_names, scale_groups
+from precisionlab.ptq.structure import blocks as model_blocks
 from precisionlab.quant import quantize
 from precisionlab.quant.scheme import parse_scheme
 from precisionlab.quant.tensor import QuantizedTensor
@@ -52,7 +62,7 @@ WEIGHT_ONLY = ("rtn", "gptq", "awq")
 OPTIONS: dict[str, dict[str, Any]] = {
     "rtn": {},
     "gptq": {"block_size": 128, "damp": 0.01, "damp_growth": 2.0, "max_damp": 1.0, "act_order": False,
-             "static_groups": False, "dtype": "float32"},
+             "static_groups": False, "dtype": "float32", "sequential": "off"},
     "awq": {"n_grid": 20, "duo_scaling": True, "clip": True, "objective": "block", "guard": True,
             "module_tokens": 512},
     "smoothquant": {"alpha": DEFAULT_ALPHA, "act_scheme": None, "samples": 512},
@@ -276,6 +286,8 @@ def _check_scheme(method: str, scheme: str | None, opts: dict[str, Any]) -> str:
             raise ValueError("GPTQ needs block_size >= 1 and 0 < damp <= max_damp")
         if opts["dtype"] not in ("float32", "float64"):
             raise ValueError(f"GPTQ dtype must be 'float32' or 'float64', got {opts['dtype']!r}")
+        if opts["sequential"] not in SEQUENTIAL:
+            raise ValueError(f"GPTQ sequential must be one of {', '.join(SEQUENTIAL)}, got {opts['sequential']!r}")
         return str(s)
     if method == "awq" and opts["objective"] not in ("block", "linear"):
         raise ValueError(f"AWQ objective must be 'block' or 'linear', got {opts['objective']!r}")
@@ -332,38 +344,128 @@ def _sample_parts(cal: Capture, ev: Capture | None, name: str) -> Iterator[tuple
 
 
 # --------------------------------------------------------------------------- rtn, gptq
+SEQUENTIAL = ("off", "block", "layer")
+"""GPTQ's calibration order (option `sequential`):
+    off    every layer on the full-precision model's inputs (one capture)
+    block  block by block, each block's layers on the inputs the model gives while the blocks before it
+           hold their quantized weights (the GPTQ paper's reference code)
+    layer  also inside a block: each set of layers reading one input (q/k/v, o, gate/up, down) on the inputs
+           given while the sets before it, in module order, are quantized (AutoGPTQ's true_sequential)"""
+
+
 def _weight_only(model: Any, method: str, scheme: str, names: Sequence[str], calibration: Sequence[Any],
                  evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
                  progress: Progress | None) -> PTQResult:
-    cal, ev = _captures(model, names, calibration, evaluation, meter, progress=progress)
     weights = _weights(model, names)
-    result = PTQResult(method, scheme, [], calibration_tokens=cal.tokens, evaluation_tokens=ev.tokens if ev else 0)
-    for i, n in enumerate(names):
-        w, bias = weights[n]
-        record = LayerRecord(n, tuple(w.shape))
-        rtn = quantize(w, scheme)
-        w_rtn = rtn.dequantize()
-        with meter.section() as sec:
-            if method == "rtn":
-                q, w_eff = rtn, w_rtn
-            else:
-                r = gptq_quantize(w, cal.stats[n].hessian(), scheme, **opts)
-                record.details = {"damping": r.damping, "damping_tries": r.damping_tries,
-                                  "dead_columns": r.dead_columns}
-                if r.status != "ok" or r.quantized is None or r.weight is None:
-                    record.status, record.note = "failed", r.message
-                    q = None
-                else:
-                    q, w_eff = r.quantized, r.weight
-        record.seconds, record.peak_mb = sec.seconds, sec.peak_mb
-        if q is not None:
-            result.quantized[n] = q
-            _errors(record, w, bias, w_eff, w_rtn, cal.stats[n], ev.stats[n] if ev else None)
-        else:
-            record.rtn_output_error = output_error(w, w_rtn, cal.stats[n], bias)
-        result.layers.append(record)
-        _tick(progress, n, i + 1, len(names))
+    result = PTQResult(method, scheme, [])
+    records: dict[str, LayerRecord] = {}
+    mode = opts.get("sequential", "off") if method == "gptq" else "off"
+    gptq_opts = {k: v for k, v in opts.items() if k != "sequential"}
+
+    def quantize_layers(layers: Sequence[str], cal: Capture, ev: Capture | None) -> None:
+        for n in layers:
+            records[n] = _weight_only_layer(method, scheme, n, weights[n], cal.stats[n],
+                                            ev.stats[n] if ev else None, gptq_opts, meter, result)
+            _tick(progress, n, len(records), len(names))
+
+    if mode == "off":
+        cal, ev = _captures(model, names, calibration, evaluation, meter, progress=progress)
+        result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
+        quantize_layers(names, cal, ev)
+    else:
+        _sequential(model, names, mode, calibration, evaluation, meter, progress, result, quantize_layers)
+    result.layers = [records[n] for n in names]
     return result
+
+
+def _sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequence[Any],
+                evaluation: Sequence[Any] | None, meter: MemoryMeter, progress: Progress | None, result: PTQResult,
+                quantize_layers: Callable[[Sequence[str], Capture, Capture | None], None]) -> None:
+    """Calibrate and quantize `names` in stages (SEQUENTIAL), each stage captured with the earlier stages'
+    quantized weights written into the model; every weight is restored when done (or on an error).
+
+    Block layers are captured on their own block only, run on its recorded inputs (`block_calls`), and the
+    next block's inputs come from running the quantized block (`next_block_calls`): two block passes per
+    block instead of a forward from the embeddings per stage. Layers outside the blocks come last, each
+    stage captured by whole-model forwards."""
+    torch = require_torch("sequential GPTQ")
+    modules = dict(model.named_modules())
+    prefix, children = model_blocks(model)
+    originals = {n: modules[n].weight.detach().clone() for n in names}
+    by_block: dict[int | None, list[str]] = {}
+    for n in names:
+        b = block_of(n)
+        inside = b is not None and b < len(children) and n.startswith(f"{prefix}.{b}." if prefix else f"{b}.")
+        by_block.setdefault(b if inside else None, []).append(n)
+    first = [True]
+
+    def stages(pending: list[str], cal_batches: Sequence[Any], ev_batches: Sequence[Any] | None) -> None:
+        while pending:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CalibrationWarning)  # checked below, for this stage's layers
+                cal, ev = _captures(model, pending, cal_batches, ev_batches, meter,
+                                    progress=progress if first[0] else None)
+            if first[0]:
+                result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
+                first[0] = False
+            stage = pending if mode == "block" else [n for n in pending
+                                                     if cal.shared_with[n] == cal.shared_with[pending[0]]]
+            check_tokens({n: cal.stats[n] for n in stage})
+            quantize_layers(stage, cal, ev)
+            with torch.no_grad():
+                for n in stage:
+                    if n in result.quantized:
+                        w = modules[n].weight
+                        w.copy_(torch.from_numpy(result.quantized[n].dequantize()).to(w.dtype))
+            pending = [n for n in pending if n not in stage]
+
+    numbered = sorted(b for b in by_block if b is not None)
+    try:
+        if numbered:
+            with meter.section():
+                block = f"{prefix}.{numbered[0]}" if prefix else str(numbered[0])
+                cal_calls = block_calls(model, block, calibration)
+                ev_calls = block_calls(model, block, evaluation) if evaluation else None
+            for b in range(numbered[0], numbered[-1] + 1):
+                stages(list(by_block.get(b, [])), cal_calls, ev_calls)
+                if b < numbered[-1]:
+                    cal_calls = next_block_calls(cal_calls, children[b + 1])
+                    ev_calls = next_block_calls(ev_calls, children[b + 1]) if ev_calls else None
+        if None in by_block:
+            stages(list(by_block[None]), calibration, evaluation)
+    finally:
+        with torch.no_grad():
+            for n, w in originals.items():
+                modules[n].weight.copy_(w)
+
+
+def _weight_only_layer(method: str, scheme: str, name: str, weight: tuple[np.ndarray, np.ndarray | None],
+                       cal: InputStatistics, ev: InputStatistics | None, opts: dict[str, Any], meter: MemoryMeter,
+                       result: PTQResult) -> LayerRecord:
+    """RTN or GPTQ of one layer on its captured inputs; the quantized weight goes into result.quantized."""
+    w, bias = weight
+    record = LayerRecord(name, tuple(w.shape))
+    rtn = quantize(w, scheme)
+    w_rtn = rtn.dequantize()
+    with meter.section() as sec:
+        if method == "rtn":
+            q, w_eff = rtn, w_rtn
+        else:
+            r = gptq_quantize(w, cal.hessian(), scheme, **opts)
+            record.details = {"damping": r.damping, "damping_tries": r.damping_tries,
+                              "dead_columns": r.dead_columns}
+            if r.status != "ok" or r.quantized is None or r.weight is None:
+                record.status, record.note = "failed", r.message
+                q = None
+            else:
+                q, w_eff = r.quantized, r.weight
+    record.seconds, record.peak_mb = sec.seconds, sec.peak_mb
+    if q is not None:
+        result.quantized[name] = q
+        _errors(record, w, bias, w_eff, w_rtn, cal, ev)
+    else:
+        record.rtn_output_error = output_error(w, w_rtn, cal, bias)
+    return record
 
 
 # --------------------------------------------------------------------------- awq
