@@ -399,25 +399,29 @@ def _sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequen
         by_block.setdefault(b if inside else None, []).append(n)
     first = [True]
 
-    def stages(pending: list[str], cal_batches: Sequence[Any], ev_batches: Sequence[Any] | None) -> None:
-        while pending:
+    def stages(layers: list[str], cal_batches: Sequence[Any], ev_batches: Sequence[Any] | None) -> None:
+        if not layers:
+            return
+        if mode == "block":
+            sets = [layers]
+        else:  # the sets of layers reading one input, in module order, from one batch's forward
+            shared = capture(model, layers, cal_batches[:1]).shared_with
+            sets = [[n for n in layers if shared[n] == leader] for leader in dict.fromkeys(shared[n] for n in layers)]
+        for stage in sets:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", CalibrationWarning)  # checked below, for this stage's layers
-                cal, ev = _captures(model, pending, cal_batches, ev_batches, meter,
+                cal, ev = _captures(model, stage, cal_batches, ev_batches, meter,
                                     progress=progress if first[0] else None)
             if first[0]:
                 result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
                 first[0] = False
-            stage = pending if mode == "block" else [n for n in pending
-                                                     if cal.shared_with[n] == cal.shared_with[pending[0]]]
-            check_tokens({n: cal.stats[n] for n in stage})
+            check_tokens(cal.stats)
             quantize_layers(stage, cal, ev)
             with torch.no_grad():
                 for n in stage:
                     if n in result.quantized:
                         w = modules[n].weight
                         w.copy_(torch.from_numpy(result.quantized[n].dequantize()).to(w.dtype))
-            pending = [n for n in pending if n not in stage]
 
     numbered = sorted(b for b in by_block if b is not None)
     try:
