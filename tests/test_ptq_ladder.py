@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -242,3 +243,30 @@ def test_a_step_on_the_sources_own_grid_is_marked_and_not_stopped_at() -> None:
     assert aligned.outcome.difference == 0.0 and aligned.verdict == "grid-aligned"
     assert len(result.steps) == 2 and result.stopped_at != "source-grid"
     assert not result.steps[1].outcome.grid_aligned
+
+
+def test_the_gptq_step_runs_block_by_block_on_the_partly_quantized_model() -> None:
+    """The ladder's GPTQ step calibrates each block with the blocks before it quantized (sequential="block"):
+    its weights are those of run_method with that option, and differ from one capture on the float model."""
+    from tests.model_helpers import smollm2_slice
+
+    loaded = smollm2_slice()
+    from precisionlab.eval.data import builtin_split, calibration_documents
+    from precisionlab.ptq import CalibrationWarning, run_method, token_batches
+    from precisionlab.ptq.ladder import ModelEvaluator
+
+    calibration = token_batches(loaded.tokenizer, calibration_documents(builtin_split()), 256, 256)
+    evaluator = ModelEvaluator(loaded, ["ppl"], 1.0, calibration, n_resamples=200)
+    gptq_step = next(s for s in ladder_steps("int4") if s.method == "gptq")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CalibrationWarning)
+        evaluator(gptq_step, 2)
+        (run,) = evaluator._calibrated_runs.values()
+        names = [r.name for r in run.layers]
+        assert names[0].startswith("model.layers.1.") and names[-1].startswith("model.layers.2.")  # keep-sensitive
+        by_block = run_method(loaded.model, "gptq", gptq_step.scheme, calibration, layers=names,
+                              options={"sequential": "block"})
+        one_capture = run_method(loaded.model, "gptq", gptq_step.scheme, calibration, layers=names)
+    assert run.options["sequential"] == "block"
+    assert all(np.array_equal(run.quantized[n].packed, by_block.quantized[n].packed) for n in names)
+    assert any(not np.array_equal(run.quantized[n].packed, one_capture.quantized[n].packed) for n in names)

@@ -18,7 +18,8 @@ before it unless it replaces one:
                        columns             (OUTLIER_FRACTION of each linear's inputs) kept in fp16,
                                            their bytes (2 per weight + a 4-byte index) counted
     6 keep-sensitive   step 5, and embeddings, lm_head and the first and last blocks left in float
-    7 gptq-g128        GPTQ at int4:g128 on the layers step 6 quantizes (replaces the outlier columns)
+    7 gptq-g128        GPTQ at int4:g128 on the layers step 6 quantizes (replaces the outlier columns),
+                       block by block on the partly quantized model (CALIBRATED_OPTIONS)
     8 awq-g128         AWQ at int4:g128 on the same layers (its scales folded into the norms): the
                        other calibrated method, tried when GPTQ does not pass
     9 int8             one bit width up: int8:row on the layers step 6 quantizes
@@ -57,6 +58,9 @@ _ELEMENT = {"fp4": "e2m1", "fp8": "e4m3", "fp16": "fp16"}
 
 CALIBRATED = ("gptq", "awq")
 """The step methods that run a PTQ method (`ptq.run.run_method`) on the calibration batches."""
+CALIBRATED_OPTIONS: dict[str, dict[str, Any]] = {"gptq": {"sequential": "block"}, "awq": {}}
+"""Their options: GPTQ block by block, each block calibrated on the model with the blocks before it
+quantized (the paper's order); AWQ as its reference code runs, every block on float inputs."""
 
 
 class GrowLimit(ValueError):
@@ -181,7 +185,7 @@ def ladder_steps(target: str = "int4") -> list[Step]:
         Step("keep-sensitive", f"{element}:g64", "outliers", True,
              description="and embeddings, lm_head, the first and last blocks in float"),
         Step("gptq-g128", f"{element}:g128", "gptq", True,
-             description="GPTQ at g128 on the layers the previous step quantizes"),
+             description="GPTQ at g128, block by block, on the layers the previous step quantizes"),
         Step("awq-g128", f"{element}:g128", "awq", True,
              description="AWQ at g128 on the same layers, its scales folded into the norms"),
         Step(f"{up}", f"{up_element}:row", "rtn", True, description=f"one bit width up: {up_element} per channel"),
@@ -419,7 +423,8 @@ class ModelEvaluator:
             raise ValueError(f"step {step.name}: no block linear is selected for {method}")
         key = (method, step.scheme, tuple(names))
         if key not in self._calibrated_runs:  # a grown evaluation of the step reuses its weights
-            self._calibrated_runs[key] = run_method(model, method, step.scheme, self.calibration, layers=names)
+            self._calibrated_runs[key] = run_method(model, method, step.scheme, self.calibration, layers=names,
+                                                    options=CALIBRATED_OPTIONS[method])
         result = self._calibrated_runs[key]
         failed = [r.name for r in result.layers if r.status != "ok"]
         if failed:
