@@ -166,6 +166,24 @@ def test_bad_includes_fail_before_any_lab_and_keep_the_old_report(run_cli, ladde
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "out", "report"]  # no staging folder left
 
 
+def test_an_included_result_takes_the_place_of_the_lab_of_its_name(run_cli, ladder_dir: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`precisionlab eval --out` saves the lab `eval`, which every-lab `run` also has: without --only the saved
+    result is reported and that lab is not run (it would raise here); the other labs run as usual."""
+    saved_eval = write_json(tmp_path / "saved" / "eval.json", {**json.loads((ladder_dir / "ladder.json").read_text()),
+                                                               "lab": "eval"})
+    eval_lab = Lab(name="eval", title="Task-level evaluation", run=never, order=60)
+    monkeypatch.setattr("precisionlab.cli.run.all_labs", lambda: [formats_table.LAB, eval_lab])
+    report = tmp_path / "report"
+    result = run_cli("run", "--include", str(saved_eval), "--out", str(report))
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"^eval +1 tables +1 figures +\d+ findings +included from {re.escape(str(saved_eval))} "
+                     r"\(in place of running it\)$", result.stdout, re.M)
+    data = json.loads((report / "results.json").read_text())
+    assert [lab["lab"] for lab in data["labs"]] == ["formats", "eval"]
+    assert data["labs"][1] == saved(saved_eval)
+
+
 def test_a_file_inside_the_report_it_would_replace_is_refused(run_cli, ladder_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The new report replaces --out whole: a saved result inside it would be deleted with the old report."""
     report = tmp_path / "out"  # `ladder --out out/ladder`, then `run` with its default --out out

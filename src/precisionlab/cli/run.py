@@ -6,7 +6,9 @@ leaves the previous report as it was. An existing --out must be a previous repor
 
 `--include FILE.json` (repeatable; a directory: its <name>.json files) adds saved results (the JSON that
 `ladder`, `ptq`, `eval` and every other command write with --out) as sections after the labs that ran. They
-are read and checked before any lab runs, so a bad one costs nothing and the previous report stays.
+are read and checked before any lab runs, so a bad one costs nothing and the previous report stays. A
+saved result of a lab that every-lab run would run (`precisionlab eval --out` writes the lab `eval`) takes
+that lab's place: the lab is not run. Under --only, naming the same lab twice is refused instead.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
     from precisionlab.report.saved import read_included
 
     labs = all_labs() if only is None else select_labs([name.strip() for name in only.split(",") if name.strip()])
-    included = read_included(include, running=[lab.name for lab in labs], replaced=out_dir)  # before any lab runs
+    # before any lab runs; under --only a lab both run and included is a contradiction, otherwise the file wins
+    included = read_included(include, running=[lab.name for lab in labs] if only is not None else (),
+                             replaced=out_dir)
+    in_place = {saved.result.name for saved in included} & {lab.name for lab in labs}
+    labs = [lab for lab in labs if lab.name not in in_place]
     record = provenance()
     results, timings = [], []
     logged = not stderr_is_terminal()
@@ -68,7 +74,9 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
             write_csv_files(reported, csv_stage)
         if logged:
             click.echo(f"wrote the report in {time.perf_counter() - start:.1f} s", err=True)
-    tails = [f"{seconds:6.2f} s" for seconds in timings] + [f"included from {saved.path}" for saved in included]
+    tails = [f"{seconds:6.2f} s" for seconds in timings] + [
+        f"included from {saved.path}" + (" (in place of running it)" if saved.result.name in in_place else "")
+        for saved in included]
     for result, tail in zip(reported, tails, strict=True):
         click.echo(f"{result.name:<12} {len(result.sections):>2} tables {len(result.figures):>2} figures "
                    f"{len(result.findings):>4} findings  {tail}")
