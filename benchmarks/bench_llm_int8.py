@@ -10,6 +10,9 @@ calibration text (all of them kept), against the fp16 layer output fp16(X) fp16(
   bnb       bitsandbytes' Linear8bitLt (has_fp16_weights=False, eval: its inference path) on CPU; it casts
             X and W to fp16 before quantizing and returns fp16
   int8      plain int8 (no fp16 columns: threshold infinity), the baseline
+  w8 floor  the int8 row-wise weights with the activations left unquantized, X dequant(W8)^T: what the
+            weights LLM.int8() stores cost alone, and what its output tends to as the threshold falls
+            (every column fp16, every weight still int8); no threshold goes below it but by chance
 Printed per layer and threshold: outlier columns (ours, and bnb's where the sets differ), the relative
 Frobenius error of each, and how many layers are within 1e-2. First ours-bnb is compared with bnb
 (outlier sets, differing weight and activation codes, the relative difference of the outputs), then,
@@ -121,12 +124,14 @@ def bench(blocks: list[int], tokens: int, thresholds: list[float], repeat: int) 
 
     rows: dict[float, list[dict[str, Any]]] = {t: [] for t in thresholds}
     plain: dict[str, float] = {}
+    floor: dict[str, float] = {}
     check: list[str] = []
     for n in names:
         x, w = inputs[n], weights[n]
         wq = quantize_weight(w)
         reference = fp16_output(x, w)
         plain[n] = relative_error(reference, llm_int8_matmul(x, w, math.inf, wq).output)
+        floor[n] = relative_error(reference, x.astype(np.float64) @ wq.dequantize().astype(np.float64).T)
         w_codes, _ = bnb_quant(w)
         w_differ = int(np.count_nonzero(int8_codes(wq) != w_codes))
         x16 = torch.from_numpy(x).half()
@@ -170,11 +175,12 @@ def bench(blocks: list[int], tokens: int, thresholds: list[float], repeat: int) 
 
     for t in thresholds:
         print(f"\n-- threshold {t}: relative error against the fp16 layer output")
-        print(f"  {'layer':34s} {'outliers':>8s} {'ours':>8s} {'ours-bnb':>8s} {'bnb':>8s} {'int8':>8s}")
+        print(f"  {'layer':34s} {'outliers':>8s} {'ours':>8s} {'ours-bnb':>8s} {'bnb':>8s} {'int8':>8s} "
+              f"{'w8 floor':>8s}")
         for r in rows[t]:
             cols = f"{r['cols']}" if r["cols"] == r["bnb_cols"] else f"{r['cols']}/{r['bnb_cols']}"
             print(f"  {r['name']:34s} {cols:>8s} {r['ours']:8.4f} {r['ours_bnb']:8.4f} {r['bnb']:8.4f} "
-                  f"{plain[r['name']]:8.4f}")
+                  f"{plain[r['name']]:8.4f} {floor[r['name']]:8.4f}")
         with_out = [r for r in rows[t] if r["cols"]]
         within = {k: sum(r[k] <= BAR for r in rows[t]) for k in ("ours", "ours_bnb", "bnb")}
         within_out = {k: sum(r[k] <= BAR for r in with_out) for k in ("ours", "ours_bnb", "bnb")}
@@ -187,6 +193,13 @@ def bench(blocks: list[int], tokens: int, thresholds: list[float], repeat: int) 
             hi = max(r["bnb"] for r in with_out)
             print(f"  bnb on the layers with outliers: {lo:.4f}-{hi:.4f}; ours {min(r['ours'] for r in with_out):.4f}-"
                   f"{max(r['ours'] for r in with_out):.4f}")
+            above = [r["name"] for r in with_out if floor[r["name"]] > BAR]
+            print(f"  of those, {len(above)} have a w8 floor above {BAR:g} (no threshold can bring them within it): "
+                  f"{', '.join(above) or 'none'}")
+        under = [1 - r[k] / floor[r["name"]] for r in rows[t] for k in ("ours", "ours_bnb", "bnb")
+                 if r[k] < floor[r["name"]]]
+        print(f"  results below their layer's w8 floor: {len(under)} of {3 * len(rows[t])}"
+              + (f", by at most {max(under):.1e} of it (relative)" if under else ""))
 
     t = thresholds[0]
     print(f"\n-- seconds per call at threshold {t} (interleaved medians of {repeat}; measured under load, load "
