@@ -385,9 +385,9 @@ def _sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequen
     quantized weights written into the model; every weight is restored when done (or on an error).
 
     Block layers are captured on their own block only, run on its recorded inputs (`block_calls`), and the
-    next block's inputs come from running the quantized block (`next_block_calls`): two block passes per
-    block instead of a forward from the embeddings per stage. Layers outside the blocks come last, each
-    stage captured by whole-model forwards."""
+    next block's inputs come from running the quantized block (`next_block_calls`): one pass of the block
+    per stage and one to hand its output on, instead of a forward from the embeddings per stage. Layers
+    outside the blocks come last, each stage captured by whole-model forwards."""
     torch = require_torch("sequential GPTQ")
     modules = dict(model.named_modules())
     prefix, children = model_blocks(model)
