@@ -321,8 +321,12 @@ def _probe(loaded: Any, tokens: int) -> Any:
 
 
 def _layer_output_error(loaded: Any, report: Any, probe: Any) -> tuple[float, dict[str, float]]:
-    """Per quantized layer, ||x W_hat^T - x W^T|| / ||x W^T|| on the inputs the layer sees in the quantized
-    model's forward over the probe; and their mean."""
+    """Per quantized layer, ||y_hat - x W^T|| / ||x W^T|| on the inputs x the layer receives in the quantized
+    model's forward over the probe, y_hat being what the layer outputs there; and their mean.
+
+    x is taken before any other pre-hook runs, so an activation quantization hook counts in y_hat. W is the
+    original weight, in the folded coordinates for a folded layer (`report.original`), and where a fold
+    also divided the layer's output rows, both outputs are scaled back by `report.output_scale`."""
     if report is None or not report.quantized:
         return math.nan, {}
     torch = peers.torch()
@@ -331,29 +335,41 @@ def _layer_output_error(loaded: Any, report: Any, probe: Any) -> tuple[float, di
     errors: dict[str, float] = {}
     handles = []
 
+    raw: dict[str, Any] = {}
+
+    def input_hook_for(name: str) -> Callable[..., None]:
+        def hook(_module: Any, args: tuple[Any, ...]) -> None:
+            raw[name] = args[0]
+
+        return hook
+
     def hook_for(name: str, module: Any) -> Callable[..., None]:
         def hook(_module: Any, args: tuple[Any, ...], output: Any) -> None:
             original = report.original(module.weight)  # read from its spill file: one layer in memory at a time
-            x = args[0]
+            x = raw.pop(name, args[0])
             if x.dtype in (torch.long, torch.int32, torch.int64):  # an embedding: a row lookup
                 ref = torch.nn.functional.embedding(x, original)
             elif type(module).__name__ == "Conv1D":
                 ref = torch.addmm(module.bias, x.reshape(-1, x.shape[-1]), original).reshape(output.shape)
             else:
                 ref = torch.nn.functional.linear(x, original, getattr(module, "bias", None))
-            diff = (output.double() - ref.double()).norm()
-            size = ref.double().norm()
+            scale = report.output_scale(module.weight)
+            out, ref = output.double(), ref.double()
+            if scale is not None:
+                out, ref = out * scale.to(out.device), ref * scale.to(out.device)
+            diff = (out - ref).norm()
+            size = ref.norm()
             errors[name] = float(diff / size) if size > 0 else (0.0 if diff == 0 else math.inf)
 
         return hook
 
     for record in report.quantized:
         module = modules[record.name]
-        if id(module.weight) in replaced:
-            handles.append(module.register_forward_hook(hook_for(record.name, module)))
-        for tied in record.tied:
-            if tied in modules:
-                handles.append(modules[tied].register_forward_hook(hook_for(tied, modules[tied])))
+        watched = [record.name] if id(module.weight) in replaced else []
+        watched += [tied for tied in record.tied if tied in modules]
+        for name in watched:
+            handles.append(modules[name].register_forward_pre_hook(input_hook_for(name), prepend=True))
+            handles.append(modules[name].register_forward_hook(hook_for(name, modules[name])))
     try:
         with torch.inference_mode():
             if loaded.kind == "causal-lm":

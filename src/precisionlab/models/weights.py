@@ -178,11 +178,17 @@ class QuantizationReport:
                 return _read_spilled(original) if isinstance(original, Path) else original
         raise KeyError("this parameter was not replaced by the report's scheme")
 
+    def output_scale(self, parameter: Any) -> Any:
+        """Per output channel, what turns the layer's output back into the original model's coordinates
+        (None: it is in them). A plain quantization changes no coordinates."""
+        return None
+
     @property
     def originals(self) -> list[tuple[Any, Any]]:
         """(parameter, its original tensor) for every weight replaced and not yet restored (spilled ones are
         read back: prefer `original(parameter)` one at a time)."""
-        return [(param, self.original(param)) for param, _ in self._originals]
+        return [(param, _read_spilled(original) if isinstance(original, Path) else original)
+                for param, original in self._originals]
 
     def restore(self) -> None:
         """Put the original weights back (idempotent); a spilled one is copied back into its storage."""

@@ -61,11 +61,16 @@ class InstalledReport(QuantizationReport):
     _forward: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
     _references: dict[int, Any] = field(default_factory=dict, repr=False)
     """id(parameter) -> the weight a layer-output error compares against, where it is not the original: a
-    smoothed layer's original weight in the folded coordinates (W diag s), since its input is X diag(1/s)."""
+    folded layer's original weight in the folded coordinates (`folded_references`)."""
+    _output_scales: dict[int, Any] = field(default_factory=dict, repr=False)
+    """id(parameter) -> r, for a layer whose output rows a fold divided by r (AWQ's v_proj, up_proj)."""
 
     def original(self, parameter: Any) -> Any:
         reference = self._references.get(id(parameter))
         return reference if reference is not None else super().original(parameter)
+
+    def output_scale(self, parameter: Any) -> Any:
+        return self._output_scales.get(id(parameter))
 
     def restore(self) -> None:
         try:
@@ -149,25 +154,50 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
             modules = dict(model.named_modules())  # the original weights, before the int8 ones are written
             sources = {n: modules[n].weight.detach().float().numpy().copy() for n in result.quantized}
             behaviour = lambda m: llm_int8_forward(m, result, sources)  # noqa: E731
-        references = folded_references(model, result) if result.method == "smoothquant" else {}
-        report = install(model, change, stored, label or f"{result.method} {result.scheme}", behaviour)
-        report._references.update(references)
-        return report
+        return install_result(model, result, change, stored, label or f"{result.method} {result.scheme}", behaviour)
 
     return Candidate(result.scheme, name=name, prepare=prepare)
 
 
-def folded_references(model: Any, result: Any) -> dict[int, Any]:
-    """id(weight) -> W diag(s) for every layer a fold of `result` scales (before anything is written)."""
+def install_result(model: Any, result: Any, change: Callable[[Any], None], stored_bytes: Mapping[str, int],
+                   label: str, forward: Forward | None = None) -> Any:
+    """`install`, with the references a folded result's layer-output errors need (`folded_references`, taken
+    before anything is written)."""
+    references, output_scales = folded_references(model, result)
+    report = install(model, change, stored_bytes, label, forward)
+    report._references.update(references)
+    report._output_scales.update(output_scales)
+    return report
+
+
+def folded_references(model: Any, result: Any) -> tuple[dict[int, Any], dict[int, Any]]:
+    """For every layer `result`'s folds touch (computed before anything is written):
+    id(weight) -> W' = diag(1/r) W diag(c), its original weight in the folded coordinates (c: the scales of
+    the fold whose layers it is in, on its input columns; r: those of the fold it is the previous linear of,
+    on its output rows), and id(weight) -> r where there is one. The folded layer computes y' = y diag(1/r)
+    from x' = x diag(1/c), so x' W'^T + b/r is its reference and r turns both back into y's coordinates."""
     torch = require_torch("installing weights")
     modules = dict(model.named_modules())
-    out: dict[int, Any] = {}
+    columns: dict[str, Any] = {}
+    rows: dict[str, Any] = {}
     for group, scales in result.folds:
         s = torch.as_tensor(scales, dtype=torch.float64)
         for name in group.layers:
-            weight = modules[name].weight
-            out[id(weight)] = (weight.detach().double() * s[None, :]).to(weight.dtype)
-    return out
+            columns[name] = s
+        if isinstance(modules[group.prev], torch.nn.Linear):
+            rows[group.prev] = s
+    references: dict[int, Any] = {}
+    output_scales: dict[int, Any] = {}
+    for name in set(columns) | set(rows):
+        weight = modules[name].weight
+        folded = weight.detach().double()
+        if name in columns:
+            folded = folded * columns[name][None, :]
+        if name in rows:
+            folded = folded / rows[name][:, None]
+            output_scales[id(weight)] = rows[name]
+        references[id(weight)] = folded.to(weight.dtype)
+    return references, output_scales
 
 
 def forward_behaviour(result: Any) -> Forward | None:

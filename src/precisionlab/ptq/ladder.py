@@ -414,7 +414,7 @@ class ModelEvaluator:
         into the norms included: `install` restores every parameter that changed)."""
         import torch
 
-        from precisionlab.ptq.install import install
+        from precisionlab.ptq.install import install_result
         from precisionlab.ptq.run import run_method
 
         method = step.method
@@ -430,7 +430,7 @@ class ModelEvaluator:
         if failed:
             raise ValueError(f"step {step.name}: {method} failed on {len(failed)} layer(s), first {failed[0]}")
         stored = {n: q.nbytes for n, q in result.quantized.items()}
-        return install(model, result.apply, stored, f"{step.name} {step.scheme}")
+        return install_result(model, result, result.apply, stored, f"{step.name} {step.scheme}")
 
 
 def _writer(values: dict[str, Any]) -> Callable[[Any], None]:
