@@ -51,7 +51,7 @@ def test_folding_alone_leaves_every_layer_output_error_at_rounding() -> None:
             for group, scales in result.folds:
                 fold_scales(m, group, scales)
 
-        return install_result(model, result, folds_only, {n: 1 for n in folded | rows}, "folds only")
+        return install_result(model, result, folds_only, "folds only", stored_bytes={n: 1 for n in folded | rows})
 
     run = runner.evaluate(loaded, [Candidate(result.scheme, name="folds only", prepare=prepare)], ppl_task(), 1.0,
                           cache=False, n_resamples=200, limits=SHORT)

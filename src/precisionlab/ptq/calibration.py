@@ -24,6 +24,7 @@ forward hooks (running statistics, never all activations).
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,30 +69,31 @@ class ModuleCall:
         out = self.module(*self.args, **self.kwargs)
         return out[0] if isinstance(out, (tuple, list)) else out
 
+    @staticmethod
+    def of(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ModuleCall:
+        """A call whose hidden states are its first positional input, or its `hidden_states` keyword."""
+        hidden = args[0] if args else kwargs["hidden_states"]
+        return ModuleCall(module, args, kwargs, int(hidden.numel() // hidden.shape[-1]))
+
+    def handed_on(self, module: Any, hidden: Any) -> ModuleCall:
+        """The same call of `module` with `hidden` in place of the hidden states."""
+        if self.args:
+            return ModuleCall(module, (hidden, *self.args[1:]), self.kwargs, self.tokens)
+        return ModuleCall(module, (), {**self.kwargs, "hidden_states": hidden}, self.tokens)
+
 
 def block_calls(model: Any, block: str, batches: Iterable[Any]) -> list[ModuleCall]:
     """Every call of the module named `block` over the batches (one forward each, stopped at the block)."""
-    cap = capture(model, [], batches, modules=[block], module_tokens=2**62)
+    cap = capture(model, [], batches, modules=[block], module_tokens=sys.maxsize)
     module = dict(model.named_modules())[block]
-    calls = []
-    for args, kwargs in cap.module_inputs[block]:
-        hidden = args[0] if args else kwargs["hidden_states"]
-        calls.append(ModuleCall(module, args, kwargs, int(hidden.numel() // hidden.shape[-1])))
-    return calls
+    return [ModuleCall.of(module, args, kwargs) for args, kwargs in cap.module_inputs[block]]
 
 
 def next_block_calls(calls: Sequence[ModuleCall], block: Any) -> list[ModuleCall]:
     """The calls of `block` made from the outputs of `calls` (module docstring)."""
     torch = require_torch("calibration")
-    out = []
     with torch.no_grad():
-        for call in calls:
-            hidden = call.run()
-            if call.args:
-                out.append(ModuleCall(block, (hidden, *call.args[1:]), call.kwargs, call.tokens))
-            else:
-                out.append(ModuleCall(block, (), {**call.kwargs, "hidden_states": hidden}, call.tokens))
-    return out
+        return [call.handed_on(block, call.run()) for call in calls]
 
 
 def token_batches(tokenizer: Any, documents: Iterable[Any], n_tokens: int, seq_len: int = 512) -> list[Any]:

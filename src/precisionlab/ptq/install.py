@@ -143,7 +143,6 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
     The include / exclude patterns of the evaluation do not apply: the result's own layers are what change."""
     from precisionlab.eval.candidates import Candidate
 
-    stored = {name: q.nbytes for name, q in result.quantized.items()}
     name = label or f"{result.method}:{result.scheme}"
     forward = forward_behaviour(result)
     change = (lambda model: None) if result.method == "kivi" else result.apply_weights
@@ -154,17 +153,19 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
             modules = dict(model.named_modules())  # the original weights, before the int8 ones are written
             sources = {n: modules[n].weight.detach().float().numpy().copy() for n in result.quantized}
             behaviour = lambda m: llm_int8_forward(m, result, sources)  # noqa: E731
-        return install_result(model, result, change, stored, label or f"{result.method} {result.scheme}", behaviour)
+        return install_result(model, result, change, label or f"{result.method} {result.scheme}", behaviour)
 
     return Candidate(result.scheme, name=name, prepare=prepare)
 
 
-def install_result(model: Any, result: Any, change: Callable[[Any], None], stored_bytes: Mapping[str, int],
-                   label: str, forward: Forward | None = None) -> Any:
-    """`install`, with the references a folded result's layer-output errors need (`folded_references`, taken
-    before anything is written)."""
+def install_result(model: Any, result: Any, change: Callable[[Any], None], label: str,
+                   forward: Forward | None = None, stored_bytes: Mapping[str, int] | None = None) -> Any:
+    """`install` of a PTQResult: its layers at their stored bytes (`stored_bytes`, by default every quantized
+    layer's `nbytes`), with the references a folded result's layer-output errors need (`folded_references`,
+    taken before anything is written)."""
     references, output_scales = folded_references(model, result)
-    report = install(model, change, stored_bytes, label, forward)
+    stored = stored_bytes if stored_bytes is not None else {n: q.nbytes for n, q in result.quantized.items()}
+    report = install(model, change, stored, label, forward)
     report._references.update(references)
     report._output_scales.update(output_scales)
     return report

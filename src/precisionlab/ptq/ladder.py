@@ -56,11 +56,11 @@ _UP = {"int2": "int4", "int4": "int8", "int8": "int16", "fp4": "fp8", "fp8": "fp
 _ELEMENT = {"fp4": "e2m1", "fp8": "e4m3", "fp16": "fp16"}
 
 
-CALIBRATED = ("gptq", "awq")
-"""The step methods that run a PTQ method (`ptq.run.run_method`) on the calibration batches."""
 CALIBRATED_OPTIONS: dict[str, dict[str, Any]] = {"gptq": {"sequential": "block"}, "awq": {}}
-"""Their options: GPTQ block by block, each block calibrated on the model with the blocks before it
-quantized (the paper's order); AWQ as its reference code runs, every block on float inputs."""
+"""The step methods that run a PTQ method (`ptq.run.run_method`) on the calibration batches, with their
+options: GPTQ block by block, each block calibrated on the model with the blocks before it quantized (the
+paper's order); AWQ as its reference code runs, every block on float inputs."""
+CALIBRATED = tuple(CALIBRATED_OPTIONS)
 
 
 class GrowLimit(ValueError):
@@ -429,8 +429,7 @@ class ModelEvaluator:
         failed = [r.name for r in result.layers if r.status != "ok"]
         if failed:
             raise ValueError(f"step {step.name}: {method} failed on {len(failed)} layer(s), first {failed[0]}")
-        stored = {n: q.nbytes for n, q in result.quantized.items()}
-        return install_result(model, result, result.apply, stored, f"{step.name} {step.scheme}")
+        return install_result(model, result, result.apply, f"{step.name} {step.scheme}")
 
 
 def _writer(values: dict[str, Any]) -> Callable[[Any], None]:

@@ -397,7 +397,6 @@ def _sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequen
         b = block_of(n)
         inside = b is not None and b < len(children) and n.startswith(f"{prefix}.{b}." if prefix else f"{b}.")
         by_block.setdefault(b if inside else None, []).append(n)
-    first = [True]
 
     def stages(layers: list[str], cal_batches: Sequence[Any], ev_batches: Sequence[Any] | None) -> None:
         if not layers:
@@ -408,13 +407,12 @@ def _sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequen
             shared = capture(model, layers, cal_batches[:1]).shared_with
             sets = [[n for n in layers if shared[n] == leader] for leader in dict.fromkeys(shared[n] for n in layers)]
         for stage in sets:
+            first = not result.calibration_tokens  # the progress of the first capture only
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", CalibrationWarning)  # checked below, for this stage's layers
-                cal, ev = _captures(model, stage, cal_batches, ev_batches, meter,
-                                    progress=progress if first[0] else None)
-            if first[0]:
+                cal, ev = _captures(model, stage, cal_batches, ev_batches, meter, progress=progress if first else None)
+            if first:
                 result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
-                first[0] = False
             check_tokens(cal.stats)
             quantize_layers(stage, cal, ev)
             with torch.no_grad():
