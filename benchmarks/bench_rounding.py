@@ -13,9 +13,9 @@ interleaved rounds after one warm-up call each, and medians are compared. Sectio
   small       time per call at n = 1, 10, 100, 256, 1000 and 10^4 against ml_dtypes (numpy's cast for
               fp16), alternated call by call; bf16 and fp16 also with overflow="saturate" (against the
               peer's plain cast); and float64 input's time over float32's at each n.
-  float64     float64 input against float32 input, for every format of 8 bits or fewer, at 2^21, 2^22 and
-              2^23 elements with the page faults of each call (torch, and ml_dtypes before 0.7, round
-              float64 twice, through float32, so they are not timed).
+  float64     float64 input against float32 input, for every format of 8 bits or fewer and bf16 / fp16 (also
+              saturating), at 2^21, 2^22 and 2^23 elements with the page faults of each call (torch, and
+              ml_dtypes before 0.7, round float64 twice, through float32, so they are not timed).
   threads     the chunk kernels on one thread and on the pool (PRECISIONLAB_THREADS, else the
               CPUs), 2^18 to 2^26 elements, and the smallest size where the pool was faster.
   p3109       the IEEE P3109 formats and the rounding modes against precisionlab's own e4m3
@@ -216,24 +216,27 @@ def float64(sizes: tuple[int, ...], repeat: int) -> list[Target]:
     rng = np.random.default_rng(2)
     inputs = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
     targets: list[Target] = []
-    for name in EIGHT_BIT:
+    rows = [(name, None) for name in EIGHT_BIT] + [(name, overflow) for name in SATURATING for overflow in
+                                                   (None, "saturate")]
+    for name, overflow in rows:
         cells, worst = [], 0.0
         for n, x32 in inputs.items():
             x64 = x32.astype(np.float64)
-            same = differing(pl.round_to(x32, name), pl.round_to(x64, name))
-            times = interleaved({"32": lambda name=name, x=x32: pl.round_to(x, name),
-                                 "64": lambda name=name, x=x64: pl.round_to(x, name)}, repeat)
+            narrow_call = partial(pl.round_to, x32, name, overflow=overflow)
+            wide_call = partial(pl.round_to, x64, name, overflow=overflow)
+            same = differing(narrow_call(), wide_call())
+            times = interleaved({"32": narrow_call, "64": wide_call}, repeat)
             ratio = times["64"] / times["32"]
-            faults = (faults_per_call(lambda name=name, x=x32: pl.round_to(x, name)),
-                      faults_per_call(lambda name=name, x=x64: pl.round_to(x, name)))
+            faults = (faults_per_call(narrow_call), faults_per_call(wide_call))
             alike = (faults[0] > FRESH_FAULTS) == (faults[1] > FRESH_FAULTS)
             if alike:
                 worst = max(worst, ratio)
             flag = "" if same == 0 else f" {same} differ"
             cells.append(f"  {n / times['32'] / 1e6:10.0f} {n / times['64'] / 1e6:4.0f} {ratio:5.2f} "
                          f"({faults[0]:.0f}/{faults[1]:.0f}){'' if alike else '*'}{flag}")
-        print(f"{name:<9} " + "".join(cells))
-        targets.append((f"float64 input, {name}: within {FLOAT64_MAX:g}x of float32 (sizes allocated alike)", worst,
+        label = name + (" sat" if overflow else "")
+        print(f"{label:<9} " + "".join(cells))
+        targets.append((f"float64 input, {label}: within {FLOAT64_MAX:g}x of float32 (sizes allocated alike)", worst,
                         worst <= FLOAT64_MAX))
     print("(*: only one side's output was mapped fresh; not in the target)")
     return targets
