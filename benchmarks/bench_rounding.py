@@ -11,10 +11,11 @@ interleaved rounds after one warm-up call each, and medians are compared. Sectio
               on a host copy; ml_dtypes' astype round trip; torch's .to(dtype).to(float32); for
               fp16 numpy's own astype(float16) round trip; a plain copy (the memory ceiling).
   small       time per call at n = 1, 10, 100, 256, 1000 and 10^4 against ml_dtypes (numpy's cast for
-              fp16), alternated call by call.
-  float64     float64 input against float32 input, for every format of 8 bits or fewer, at 2^21, 2^22 and
-              2^23 elements with the page faults of each call (torch, and ml_dtypes before 0.7, round
-              float64 twice, through float32, so they are not timed).
+              fp16), alternated call by call; bf16 and fp16 also with overflow="saturate" (against the
+              peer's plain cast); and float64 input's time over float32's at each n.
+  float64     float64 input against float32 input, for every format of 8 bits or fewer and bf16 / fp16 (also
+              saturating), at 2^21, 2^22 and 2^23 elements with the page faults of each call (torch, and
+              ml_dtypes before 0.7, round float64 twice, through float32, so they are not timed).
   threads     the chunk kernels on one thread and on the pool (PRECISIONLAB_THREADS, else the
               CPUs), 2^18 to 2^26 elements, and the smallest size where the pool was faster.
   p3109       the IEEE P3109 formats and the rounding modes against precisionlab's own e4m3
@@ -38,6 +39,7 @@ import os
 import platform
 import resource
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,8 @@ THROUGHPUT = {"e4m3": ("float8_e4m3fn", "float8_e4m3fn"), "e5m2": ("float8_e5m2"
 SMALL = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "e4m3fnuz": "float8_e4m3fnuz",
          "e5m2fnuz": "float8_e5m2fnuz", "e3m2": "float6_e3m2fn", "e2m3": "float6_e2m3fn", "e2m1": "float4_e2m1fn",
          "ue8m0": "float8_e8m0fnu", "bf16": "bfloat16", "fp16": None}
+SATURATING = ("bf16", "fp16")
+"""Also timed with overflow="saturate" (PTX .satfinite, Triton's casts), against the peer's plain cast."""
 SMALL_SIZES = (1, 10, 100, 256, 1000, 10_000)
 """256 is the binary search's largest size (float32), where it costs the most; 100 lies between it and bf16's
 direct integer kernel (from 129 elements)."""
@@ -151,33 +155,45 @@ def throughput(n: int, repeat: int, ml_dtypes: Any, torch: Any) -> list[Target]:
 
 
 def small(ml_dtypes: Any, calls: int) -> list[Target]:
-    print(f"\n## small arrays: microseconds per call (median of {calls} calls, alternated with the peer's)")
-    print("format    peer                          " + "".join(f"   n={n:<6} ratio" for n in SMALL_SIZES))
+    print(f"\n## small arrays: microseconds per call (median of {calls} calls, alternated with the peer's), and "
+          "float64 input's time over float32's (alternated likewise)")
+    print("format         peer                          " + "".join(f"   n={n:<6} ratio  f64" for n in SMALL_SIZES))
     targets: list[Target] = []
     rng = np.random.default_rng(1)
-    for name, ml_name in SMALL.items():
+    rows = [(name, ml_name, None) for name, ml_name in SMALL.items()]
+    rows += [(name, SMALL[name], "saturate") for name in SATURATING]
+    for name, ml_name, overflow in rows:
         if ml_name is None:
             peer_type, peer_label = np.float16, "numpy astype(float16)"
         elif ml_dtypes is None:
             continue
         else:
             peer_type, peer_label = getattr(ml_dtypes, ml_name), f"ml_dtypes {ml_name}"
-        cells, worst = [], 0.0
+        cells, worst, worst64 = [], 0.0, 0.0
         for n in SMALL_SIZES:
             x = rng.standard_normal(n).astype(np.float32)
+            x64 = x.astype(np.float64)
             with np.errstate(invalid="ignore"):  # ue8m0: negatives have no code (NaN in both)
-                diff = differing(pl.round_to(x, name), x.astype(peer_type).astype(np.float32))
-            ours_s, peer_s = paired_calls(lambda name=name, x=x: pl.round_to(x, name),
-                                          lambda x=x, t=peer_type: x.astype(t).astype(np.float32), calls)
-            ratio = ours_s / peer_s
+                diff = differing(pl.round_to(x, name, overflow=overflow), x.astype(peer_type).astype(np.float32))
+                diff += differing(pl.round_to(x64, name, overflow=overflow), pl.round_to(x, name, overflow=overflow))
+                ours = partial(pl.round_to, x, name, overflow=overflow)
+                ours_s, peer_s = paired_calls(ours, lambda x=x, t=peer_type: x.astype(t).astype(np.float32), calls)
+                wide_s, narrow_s = paired_calls(partial(pl.round_to, x64, name, overflow=overflow), ours, calls)
+            ratio, wide = ours_s / peer_s, wide_s / narrow_s
             if n <= 1000:
                 worst = max(worst, ratio)
+            worst64 = max(worst64, wide)
             flag = "" if diff == 0 else f" ({diff} differ)"
-            cells.append(f" {ours_s * 1e6:6.2f}/{peer_s * 1e6:<6.2f} {ratio:4.1f}{flag}")
-        print(f"{name:<9} {peer_label:<30}" + "".join(cells))
-        targets.append((f"per-call time, n <= 1000, {name}: <= {OVERHEAD_MAX:g}x {peer_label}", worst,
+            cells.append(f" {ours_s * 1e6:6.2f}/{peer_s * 1e6:<6.2f} {ratio:4.1f} {wide:4.2f}{flag}")
+        label = name + (" sat" if overflow else "")
+        print(f"{label:<14} {peer_label:<30}" + "".join(cells))
+        targets.append((f"per-call time, n <= 1000, {label}: <= {OVERHEAD_MAX:g}x {peer_label}", worst,
                         worst <= OVERHEAD_MAX))
-    print("(cells: precisionlab / peer microseconds, then their ratio)")
+        targets.append((f"per-call time, float64 input, {label}: within {FLOAT64_MAX:g}x of float32 at every n",
+                        worst64, worst64 <= FLOAT64_MAX))
+    print("(cells: precisionlab / peer microseconds, their ratio, then float64 input's time over float32's; "
+          "'sat': overflow='saturate', against the peer's plain cast; 'differ': outputs unlike the peer's or the "
+          "float32 input's)")
     return targets
 
 
@@ -200,24 +216,27 @@ def float64(sizes: tuple[int, ...], repeat: int) -> list[Target]:
     rng = np.random.default_rng(2)
     inputs = {n: rng.standard_normal(n).astype(np.float32) for n in sizes}
     targets: list[Target] = []
-    for name in EIGHT_BIT:
+    rows = [(name, None) for name in EIGHT_BIT] + [(name, overflow) for name in SATURATING for overflow in
+                                                   (None, "saturate")]
+    for name, overflow in rows:
         cells, worst = [], 0.0
         for n, x32 in inputs.items():
             x64 = x32.astype(np.float64)
-            same = differing(pl.round_to(x32, name), pl.round_to(x64, name))
-            times = interleaved({"32": lambda name=name, x=x32: pl.round_to(x, name),
-                                 "64": lambda name=name, x=x64: pl.round_to(x, name)}, repeat)
+            narrow_call = partial(pl.round_to, x32, name, overflow=overflow)
+            wide_call = partial(pl.round_to, x64, name, overflow=overflow)
+            same = differing(narrow_call(), wide_call())
+            times = interleaved({"32": narrow_call, "64": wide_call}, repeat)
             ratio = times["64"] / times["32"]
-            faults = (faults_per_call(lambda name=name, x=x32: pl.round_to(x, name)),
-                      faults_per_call(lambda name=name, x=x64: pl.round_to(x, name)))
+            faults = (faults_per_call(narrow_call), faults_per_call(wide_call))
             alike = (faults[0] > FRESH_FAULTS) == (faults[1] > FRESH_FAULTS)
             if alike:
                 worst = max(worst, ratio)
             flag = "" if same == 0 else f" {same} differ"
             cells.append(f"  {n / times['32'] / 1e6:10.0f} {n / times['64'] / 1e6:4.0f} {ratio:5.2f} "
                          f"({faults[0]:.0f}/{faults[1]:.0f}){'' if alike else '*'}{flag}")
-        print(f"{name:<9} " + "".join(cells))
-        targets.append((f"float64 input, {name}: within {FLOAT64_MAX:g}x of float32 (sizes allocated alike)", worst,
+        label = name + (" sat" if overflow else "")
+        print(f"{label:<9} " + "".join(cells))
+        targets.append((f"float64 input, {label}: within {FLOAT64_MAX:g}x of float32 (sizes allocated alike)", worst,
                         worst <= FLOAT64_MAX))
     print("(*: only one side's output was mapped fresh; not in the target)")
     return targets

@@ -239,8 +239,8 @@ def test_bf16_and_fp16_small_arrays_take_the_direct_kernels() -> None:
     # Above the search and up to DIRECT_MAX, a 1-D float32 array goes straight to the integer
     # kernel (bf16) or numpy's float16 casts (fp16); expected: the general path's bits (NaN
     # payloads of both signs become the canonical NaN with their sign) and, NaN aside, ml_dtypes.
-    for name, dtype, direct in (("bf16", np.float32, True), ("bf16", np.float64, False), ("fp16", np.float32, True),
-                                ("fp16", np.float64, False), ("e4m3", np.float32, False)):
+    for name, dtype, direct in (("bf16", np.float32, True), ("bf16", np.float64, peers.available("ml_dtypes")),
+                                ("fp16", np.float32, True), ("fp16", np.float64, True), ("e4m3", np.float32, False)):
         pl.round_to(np.ones(2, dtype=dtype), name)
         kernel = dispatch.find(name, np.dtype(dtype), "nearest_even", None, "raise")
         assert kernel is not None and (kernel.direct is not None) == direct, (name, dtype)
@@ -263,6 +263,60 @@ def test_bf16_and_fp16_small_arrays_take_the_direct_kernels() -> None:
 
 SIGNALLING = np.array([0x7F800001, 0xFF800001, 0x7FA00000], dtype=np.uint32).view(np.float32)
 """Signalling NaNs of both signs: a float cast that meets one raises the invalid flag."""
+
+
+def code_neighbourhoods(name: str, dtype: type[np.floating]) -> np.ndarray:
+    """Every value of a 16-bit format (its 2^16 codes, NaN and inf included), every midpoint between
+    neighbours, the overflow edge max_finite + ulp/2, each with one ulp of dtype either side, and
+    quiet and signalling NaNs of both signs; ordered by code, so a slice of it is a neighbourhood."""
+    values = pl.decode(np.arange(1 << 16, dtype=np.uint32), name).astype(np.float64)
+    order = np.argsort(values, kind="stable")
+    finite = values[order][np.isfinite(values[order])]
+    mids = (finite[:-1] + finite[1:]) / 2
+    top = float(pl.get_format(name).max_finite)
+    edge = top + (top - finite[-2]) / 2
+    base = np.concatenate([np.ravel(np.column_stack([finite[:-1], mids])), [finite[-1], edge, np.inf, -np.inf]])
+    with np.errstate(over="ignore"):
+        base = base.astype(dtype)
+    near = np.ravel(np.column_stack([np.nextafter(base, dtype(-np.inf)), base, np.nextafter(base, dtype(np.inf))]))
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN
+        nans = np.concatenate([SIGNALLING, -SIGNALLING, [np.nan, -np.nan]]).astype(dtype)
+    return np.concatenate([near, nans, near[:5000]])
+
+
+@pytest.mark.parametrize("overflow", ["saturate", None])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_16_bit_fast_paths_on_every_code_neighbourhood(name: str, dtype: type[np.floating],
+                                                       overflow: str | None) -> None:
+    """The saturating and inf-overflowing kernels of bf16 and fp16 (search, direct casts, bit kernels,
+    chunks), float32 and float64 input, bit for bit against the general engine (NaN sign and payload
+    included) on every code neighbourhood, NaN and inf, in slices of every size the kernels switch
+    at; and against ml_dtypes' / numpy's own casts, clamped to ±max_finite for saturate (NaN aside)."""
+    x = code_neighbourhoods(name, dtype)
+    expected = general_path(x, name, "nearest_even", overflow, "raise")
+    pl.round_to(x[:3], name, overflow=overflow)
+    kernel = dispatch.find(name, np.dtype(dtype), "nearest_even", overflow, "raise")
+    assert kernel is not None and kernel.chunk is not None and kernel.direct is not None
+    for size in (7, 33, 100, 256, 1000, 2048, 5000, chunks.CHUNK + 3, x.size):
+        for start in range(0, x.size, size if size < 5000 else max(size, x.size // 7)):
+            part = x[start:start + size]
+            # no kernel may raise the overflow or invalid flag (the bare casts raise numpy's underflow
+            # flag on an inexact subnormal result, as numpy's own casts do; numpy ignores it by default)
+            with np.errstate(over="raise", invalid="raise", divide="raise"):
+                got = pl.round_to(part, name, overflow=overflow) if part.size else expected[:0]
+            assert np.array_equal(bits(got), bits(expected[start:start + size])), (size, start)
+    two_d = x[: 4000 * 3].reshape(4000, 3)
+    want = bits(expected[: two_d.size]).reshape(4000, 3)
+    assert np.array_equal(bits(pl.round_to(two_d, name, overflow=overflow)), want)
+    peer = np.float16 if name == "fp16" else pytest.importorskip("ml_dtypes").bfloat16
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = x.astype(peer).astype(expected.dtype)
+    if overflow == "saturate":
+        top = pl.get_format(name).max_finite
+        cast = np.where(np.isinf(cast), np.copysign(top, cast), cast)
+    same = (bits(cast) == bits(expected)) | (np.isnan(cast) & np.isnan(expected))
+    assert same.all(), x[~same][:4]
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp16"])

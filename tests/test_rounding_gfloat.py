@@ -34,7 +34,7 @@ import pytest
 import precisionlab as pl
 from precisionlab.formats import Encoding, FloatFormat, get_float_format, p3109_formats
 
-from .reference import same_bits
+from .reference import binomial_interval, same_bits
 
 gfloat = pytest.importorskip("gfloat")
 from gfloat.formats import Signedness, format_info_ocp_e8m0, format_info_p3109  # noqa: E402
@@ -254,3 +254,51 @@ def test_negatives_into_unsigned_p3109_formats_follow_the_drafts_saturate_step()
     assert same_bits(pl.round_to(x, fmt, rounding="toward_positive"), [0.0, 0.0, 0.0, np.nan]).all()
     assert same_bits(pl.round_to(x, fmt, rounding="toward_negative"), [np.nan, np.nan, 0.0, np.nan]).all()
     assert list(pl.encode(x, fmt)) == [0xFF, 0, 0, 0xFF]  # the unsigned format's one NaN is its top code
+
+
+# --------------------------------------------------------------------------- stochastic rounding at the top
+SR_BITS = 12
+"""gfloat's Stochastic mode rounds up when round(delta * 2^SR_BITS) + srbits >= 2^SR_BITS; with every
+srbits in 0 .. 2^SR_BITS - 1 once, its outcomes are the exact distribution for inputs whose delta is a
+multiple of 2^-SR_BITS (all of those below)."""
+SR_SAMPLES = 40_000
+P3109_8BIT = [f for f in P3109 if f.bits == 8]
+
+
+def gfloat_stochastic_outcomes(fi: FormatInfo, x: float, saturate: bool) -> dict[float, float]:
+    """{value: probability} of gfloat's stochastic rounding of x, over every srbits value."""
+    srbits = np.arange(1 << SR_BITS)
+    with np.errstate(over="ignore"):
+        values = gfloat.round_ndarray(fi, np.full(srbits.size, x), RoundMode.Stochastic, saturate, srbits, SR_BITS)
+    keys, counts = np.unique(values, return_counts=True, equal_nan=True)
+    return {float(k): c / srbits.size for k, c in zip(keys, counts, strict=True)}
+
+
+@pytest.mark.parametrize("fmt", P3109_8BIT, ids=[f.name for f in P3109_8BIT])
+def test_p3109_stochastic_rounding_past_the_top_matches_gfloat(fmt: FloatFormat) -> None:
+    """Just past max_finite both round on the grid with the exponent unbounded above, then saturate or
+    overflow (binary8p4se: 230 is 224 with p 5/8 and +inf with 3/8)."""
+    fi = gfloat_p3109(fmt)
+    top = fi.max
+    gap = math.ldexp(1.0, math.frexp(top)[1] - 1 - fmt.man_bits)  # the grid step in max_finite's binade
+    signs = (1.0, -1.0) if fmt.signed else (1.0,)
+    for x in (top + gap / 4096, top + gap * 3 / 8, top + gap * 1.5):
+        for sign in signs:
+            for saturate in (False, True):
+                expected = gfloat_stochastic_outcomes(fi, sign * x, saturate)
+                samples = pl.round_to(np.full(SR_SAMPLES, sign * x), fmt, rounding="stochastic",
+                                      overflow="saturate" if saturate else None, rng=fmt.man_bits + int(x))
+                for value, probability in expected.items():
+                    count = int(same_bits(samples, np.full(SR_SAMPLES, value)).sum())
+                    if probability in (0.0, 1.0):
+                        assert count == SR_SAMPLES * probability, (sign * x, saturate, value)
+                        continue
+                    k_lo, k_hi = binomial_interval(SR_SAMPLES, probability, 1e-9)
+                    assert k_lo <= count <= k_hi, (sign * x, saturate, value, probability * SR_SAMPLES, count)
+                assert sum(int(same_bits(samples, np.full(SR_SAMPLES, v)).sum()) for v in expected) == SR_SAMPLES
+
+
+def test_binary8p4se_230_in_gfloat() -> None:
+    fi = format_info_p3109(8, 4)
+    assert gfloat_stochastic_outcomes(fi, 230.0, False) == {224.0: 0.625, math.inf: 0.375}
+    assert gfloat_stochastic_outcomes(fi, 230.0, True) == {224.0: 1.0}

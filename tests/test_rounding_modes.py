@@ -206,7 +206,9 @@ def test_saturate_propagate_is_an_overflow_policy() -> None:
 # all-ones code with the sign, FNUZ's single 0x80; all_ones: 2^bits - 1 where that code is a NaN.
 NAN_CODES = [
     ("e5m2", 0x7E, 0xFE, 0xFF), ("fp16", 0x7E00, 0xFE00, 0xFFFF), ("bf16", 0x7FC0, 0xFFC0, 0xFFFF),
-    ("fp32", 0x7FC00000, 0xFFC00000, 0xFFFFFFFF), ("e4m3", 0x7F, 0xFF, 0xFF), ("e4m3fnuz", 0x80, 0x80, 0x80),
+    ("fp32", 0x7FC00000, 0xFFC00000, 0xFFFFFFFF),
+    ("fp64", 0x7FF8000000000000, 0xFFF8000000000000, (1 << 64) - 1), ("e4m3", 0x7F, 0xFF, 0xFF),
+    ("e4m3fnuz", 0x80, 0x80, 0x80),
     ("ue8m0", 0xFF, 0xFF, 0xFF),
     # P3109: the negative-zero code when signed, the all-ones code when unsigned, in both domains
     ("binary8p3se", 0x80, 0x80, 0x80), ("binary8p4sf", 0x80, 0x80, 0x80), ("binary8p1ue", 0xFF, 0xFF, 0xFF),
@@ -220,7 +222,19 @@ def test_nan_codes(name: str, positive: int, negative: int, all_ones: int) -> No
     assert list(pl.encode(x, name)) == [positive, negative]
     assert list(pl.encode(x, name, nan_code="canonical")) == [positive, negative]
     assert list(pl.encode(x, name, nan_code="all_ones")) == [all_ones, all_ones]
-    assert all(np.isnan(pl.decode(np.array([positive, negative, all_ones]), name)))
+    assert all(np.isnan(pl.decode(np.array([positive, negative, all_ones], dtype=np.uint64), name)))
+
+
+def test_the_64_bit_all_ones_nan_code_fits_its_code_array() -> None:
+    # 2^64 - 1 does not fit the int64 work array: it raised OverflowError
+    assert pl.encode(math.nan, "fp64", nan_code="all_ones") == (1 << 64) - 1
+    assert pl.encode(np.float64(-np.nan), "fp64", nan_code="all_ones") == (1 << 64) - 1
+    codes = pl.encode(np.array([np.nan, 1.0, -np.inf]), "fp64", nan_code="all_ones")
+    assert codes.dtype == np.uint64 and list(codes) == [(1 << 64) - 1, 0x3FF0000000000000, 0xFFF0000000000000]
+    assert np.isnan(pl.decode(codes[:1], "fp64")).all()
+    torch = pytest.importorskip("torch")
+    tensor = pl.encode(torch.tensor([math.nan, -math.nan], dtype=torch.float64), "fp64", nan_code="all_ones")
+    assert tensor.dtype == torch.uint64 and list(tensor.numpy()) == [(1 << 64) - 1] * 2
 
 
 def test_nan_code_is_checked_and_overflow_nans_take_it() -> None:

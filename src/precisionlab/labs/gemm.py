@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 
 from precisionlab.gemm import ceilings as ceiling_options
-from precisionlab.gemm.roofline import Ceilings, roof_curve
+from precisionlab.gemm.roofline import Ceilings
 from precisionlab.gemm.study import VariantResult, k_sweep, predicted_from_ulp, run_variants
 from precisionlab.gemm.timing import Timing, copy_bandwidth, matmul_timings, torch_available
 from precisionlab.gemm.traffic import check_sizes
@@ -25,6 +25,7 @@ from precisionlab.gemm.variants import (
     standard_variants,
 )
 from precisionlab.labs import Lab
+from precisionlab.labs.gemm_roofline import roofline_figure
 from precisionlab.peers import install_hint, missing_reason
 from precisionlab.results import Figure, LabResult, Part, Scalar, Series, Table
 
@@ -33,7 +34,6 @@ K_SWEEP = (128, 256, 512, 1024, 2048, 4096)
 MAX_SIZES = {"size": 4096, "gemv_size": 16384, "k_max": 1 << 16, "sweep_outputs": 256, "ceiling_size": 8192,
              "gpu_size": 32768}
 """Upper bounds of the size options: beyond them the arrays outgrow memory or the emulation runs for days."""
-ROOF_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 STAGES = 7
 
 
@@ -351,26 +351,6 @@ def sweep_figure(sweeps: dict[str, list]) -> Figure:
         series=[Series(f"{name} ({kind})", [p.k for p in points],
                        [p.max_rel_err if kind == "total" else p.acc_only_max_rel_err for p in points])
                 for name, points in sweeps.items() for kind in ("total", "acc-only")],
-    )
-
-
-def roofline_figure(hardware: list[Timing], measured: Ceilings, datasheet: Ceilings | None,
-                    params: dict[str, Scalar]) -> Figure:
-    tile = int(params["tile"]) if isinstance(params["tile"], int) else 32
-    xs = [t.intensity for t in hardware] + [tile / 4, tile / 2]
-    x_min, x_max = min(xs) / 4, max(xs) * 4
-    series: list[Series] = []
-    for roof in [measured] + ([datasheet] if datasheet is not None else []):
-        for precision in ROOF_PRECISIONS:
-            if precision in roof.peaks_gflops:
-                x, y = roof_curve(roof, precision, x_min, max(x_max, 4 * roof.ridge(precision)))
-                series.append(Series(f"{roof.name} {precision}", x, y, style="-"))
-    for t in hardware:
-        series.append(Series(f"{t.name} {t.shape}", [t.intensity], [t.gflops], kind="scatter"))
-    return Figure(
-        key="roofline", title="Roofline: measured ceilings and where each kernel sits",
-        xlabel="arithmetic intensity (FLOP/byte)", ylabel="GFLOP/s", xscale="log", yscale="log", series=series,
-        vlines=[(tile / 4, f"tiled fp32 T/4 (T={tile})"), (tile / 2, f"tiled 16-bit T/2 (T={tile})")],
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from precisionlab.gemm.roofline import Ceilings
 from precisionlab.gemm.study import status_label
 from precisionlab.gemm.timing import Timing
-from precisionlab.labs.gemm import roofline_figure
+from precisionlab.labs.gemm_roofline import roofline_figure
 from precisionlab.results import Figure, LabResult, Scalar, Table
 
 

@@ -1,12 +1,13 @@
 """dequantize: x_hat = fp32(value(q) * s) per element (asym: fp32((q - z) * s); min=: fp32(fp32(q * s) + m)).
 
-Runs over the same chunks as quantize (`quant.chunking`). It reads a QuantizedTensor's stored fields only,
-so the record can call it without an import cycle (the type is imported for annotations alone).
+Runs over the same chunks as quantize (`quant.chunking`). It reads a quantized tensor's stored fields
+through `quant.stored.StoredTensor` only, so `quant.tensor.QuantizedTensor` can call it without an import
+circle.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -14,12 +15,10 @@ from precisionlab.quant.blocks import canonical_view, from_view
 from precisionlab.quant.chunking import Task, aligned, codes_per_group, row_tasks, run_tasks
 from precisionlab.quant.elements import make_codec, pair_table
 from precisionlab.quant.packing import packed_nbytes, unpack
-
-if TYPE_CHECKING:
-    from precisionlab.quant.tensor import QuantizedTensor
+from precisionlab.quant.stored import StoredTensor
 
 
-def dequantize(q: QuantizedTensor, dtype: Any = np.float32) -> np.ndarray:
+def dequantize(q: StoredTensor, dtype: Any = np.float32) -> np.ndarray:
     """x_hat = fp32(value(code) * divisor) per element (asym: (q - z) * s; min=: fp32(fp32(q * s) + m)), in q's
     original shape."""
     s = q.scheme

@@ -18,6 +18,10 @@ on float32 bits (bf16, fp16, tf32, e6m9, ...), and fp32 / fp64 by numpy's exact 
                                       subnormals, overflow to ±inf); `dispatch` checks it on
                                       double-rounding traps before it trusts it.
     fp32 from float32, fp64 from float64: a copy.
+    saturate (`Saturated`)            any of these, then a clamp to ±max_finite: under nearest-
+                                      even a value rounds past max_finite exactly when it becomes
+                                      ±inf, so the clamped result is the saturate policy's (±inf
+                                      inputs clamp too; NaN and -0 pass through min / max).
 
 float64 input to the integer kernels is first narrowed (`narrow`, grid mask 2^(s-1) - 1: every
 member and midpoint of the target has those float32 bits zero), so it is rounded once.
@@ -47,11 +51,18 @@ _SIXTEEN = np.array(16, dtype=np.uint32)
 _ONE = np.array(1, dtype=np.uint32)
 _HALF_MINUS_ONE = np.array(0x7FFF, dtype=np.uint32)
 _TOP_HALF = np.array(0xFFFF0000, dtype=np.uint32)
-_FP16 = get_float_format("fp16")
-_FP16_QUIET = np.array(_FP16.max_finite + math.ldexp(0.5, _FP16.emax - _FP16.man_bits), dtype=np.float32)
-"""65520: fp16's largest value plus half its last ulp, where rounding starts to overflow. A float32
-array whose magnitudes are all below it (no NaN, no inf) goes through numpy's float16 cast without
-raising a floating-point flag, so the cast needs no np.errstate (which costs about 1.6 microseconds)."""
+
+
+def overflow_edge(fmt: FloatFormat) -> float:
+    """max_finite plus half the last ulp: under nearest-even |x| below it rounds to at most
+    max_finite, and from it on (the tie goes up: max_finite's mantissa is odd) to inf."""
+    return fmt.max_finite + math.ldexp(0.5, fmt.emax - fmt.man_bits)
+
+
+_FP16_QUIET = np.array(overflow_edge(get_float_format("fp16")), dtype=np.float32)
+"""65520: fp16's overflow edge. A float32 or float64 array whose magnitudes are all below it (no NaN,
+no inf) goes through numpy's float16 cast without raising a floating-point flag, so the cast needs
+no np.errstate (which costs about 1.6 microseconds)."""
 
 
 def canonical_nans(src: np.ndarray, out: np.ndarray) -> None:
@@ -82,19 +93,67 @@ def bf16_array(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def fp16_array(x: np.ndarray) -> np.ndarray:
-    """A 1-D float32 array rounded to fp16 as a new float32 array, by numpy's own casts (IEEE 754
-    conversion: nearest-even, subnormals, overflow to ±inf; the way back is exact), then the NaN
-    rule of the module. Two C loops where `IeeeBits` needs about ten passes: faster up to a few
-    thousand elements, slower above (numpy's float16 cast is not vectorised), so `dispatch` uses
-    it only for small arrays. When every |x| < 65520 (one test: NaN compares false) the casts can
-    neither overflow nor meet a NaN, and run bare."""
-    if np.count_nonzero(np.less(np.abs(x), _FP16_QUIET)) == x.size:
-        return x.astype(np.float16).astype(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the rounding's; NaN payloads
-        out = x.astype(np.float16).astype(np.float32)
-    canonical_nans(x, out)
+def clamp(out: np.ndarray, bound: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """out clamped in place to [low, bound] (0-d arrays of out's dtype; ±inf included). np.minimum and
+    np.maximum return a NaN operand as it is, and -0 stays -0."""
+    np.minimum(out, bound, out=out)
+    np.maximum(out, low, out=out)
     return out
+
+
+def bounds(fmt: FloatFormat, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(max_finite, -max_finite) as 0-d arrays of dtype, for `clamp`."""
+    return np.array(fmt.max_finite, dtype=dtype), np.array(-fmt.max_finite, dtype=dtype)
+
+
+def cast_when_quiet(via: type, out_dtype: type[np.floating], quiet: np.ndarray,
+                    loud: Callable[[np.ndarray], np.ndarray],
+                    saturate: tuple[np.ndarray, np.ndarray] | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """A 1-D array rounded by a cast to `via` and back to out_dtype when every |x| < quiet, the
+    format's overflow edge (one test; NaN compares false): then nothing is NaN, inf or rounds past
+    max_finite, so the cast raises no overflow or invalid flag and every overflow policy agrees with
+    it. Otherwise loud(x), the exact kernel for NaN and overflow (to inf), clamped to the saturate
+    bounds when given. A closure over local names: its call costs less than a method's.
+
+    numpy's float16 casts and ml_dtypes' casts from float64 raise the underflow flag on an inexact
+    subnormal result, as numpy's own casts do; numpy ignores that flag unless asked, and a test for
+    tiny values would cost more than the cast."""
+    count, less, absolute = np.count_nonzero, np.less, np.absolute
+
+    def cast(x: np.ndarray) -> np.ndarray:
+        if count(less(absolute(x), quiet)) == x.size:
+            return x.astype(via).astype(out_dtype)
+        out = loud(x)
+        return out if saturate is None else clamp(out, *saturate)
+
+    return cast
+
+
+def fp16_loud(out_dtype: type[np.floating]) -> Callable[[np.ndarray], np.ndarray]:
+    """fp16 by numpy's casts for an array that may hold NaN, inf or values past fp16's range: the
+    casts under np.errstate (about 1.6 microseconds), then the NaN rule of the module."""
+    def loud(x: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is the rounding's; NaN payloads
+            out = x.astype(np.float16).astype(out_dtype)
+        canonical_nans(x, out)
+        return out
+
+    return loud
+
+
+def fp16_by_cast(out_dtype: type[np.floating],
+                 saturate: tuple[np.ndarray, np.ndarray] | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """A 1-D float32 or float64 array rounded to fp16 as a new out_dtype array, by numpy's own casts
+    (IEEE 754 conversion, float64 included, straight to float16: nearest-even, subnormals, overflow
+    to ±inf, one rounding; the way back is exact), then the NaN rule of the module. Two C loops where
+    `IeeeBits` needs about ten passes: faster up to a few thousand elements, slower above (numpy's
+    float16 cast is not vectorised), so `dispatch` uses it only for small arrays. When every
+    |x| < 65520 the casts run bare (`cast_when_quiet`)."""
+    return cast_when_quiet(np.float16, out_dtype, _FP16_QUIET, fp16_loud(out_dtype), saturate)
+
+
+fp16_array = fp16_by_cast(np.float32)
+"""fp16 for a 1-D float32 array, as a float32 array (`fp16_by_cast`)."""
 
 
 def bf16_by_cast(bfloat16: type) -> Callable[[np.ndarray], np.ndarray]:
@@ -112,6 +171,22 @@ def bf16_by_cast(bfloat16: type) -> Callable[[np.ndarray], np.ndarray]:
         return x.astype(bfloat16).astype(float32)
 
     return bf16_cast
+
+
+class Saturated:
+    """A chunk kernel that overflows to ±inf under nearest-even, clamped to ±max_finite: the saturate
+    policy (see the module)."""
+
+    def __init__(self, inner: IeeeFrom32 | IeeeFrom64 | CastThrough, fmt: FloatFormat, out_dtype: np.dtype) -> None:
+        self.inner = inner
+        self.bounds = bounds(fmt, out_dtype)
+
+    def scratch(self, n: int) -> tuple[np.ndarray, ...]:
+        return self.inner.scratch(n)
+
+    def run(self, src: np.ndarray, out: np.ndarray, scratch: tuple[np.ndarray, ...]) -> None:
+        self.inner.run(src, out, scratch)
+        clamp(out, *self.bounds)
 
 
 class IeeeBits:
@@ -177,7 +252,7 @@ class IeeeFrom64:
             narrow(src, bits, self.rounder.grid_mask, work)
         self.rounder.round_bits(bits, rounded, work)
         np.copyto(out, rounded.view(np.float32))
-        canonical_nans(src, out)
+        canonical_nans(bits.view(np.float32), out)  # NaN and its sign survive the narrowing; half the bytes
 
 
 class CastThrough:

@@ -95,12 +95,18 @@ def encode_float_values(values: np.ndarray, fmt: FloatFormat, dom: Domain, nan: 
     if is_nan.any():
         base = nan_code(fmt)
         if nan == "all_ones":
-            codes[is_nan] = all_ones_nan_code(fmt)
+            codes[is_nan] = _as_int64(all_ones_nan_code(fmt))
         elif fmt.encoding is Encoding.FNUZ or not fmt.signed:
             codes[is_nan] = base
         else:
             codes[is_nan] = base | (negative[is_nan].astype(np.int64) << (fmt.bits - 1))
     return codes.astype(code_dtype(fmt.bits))
+
+
+def _as_int64(code: int) -> int:
+    """A code below 2^64 as the int64 with its bits (the work array is int64; fp64's all-ones NaN
+    code 2^64 - 1 is -1 there and comes back as 0xFFFFFFFFFFFFFFFF in the uint64 result)."""
+    return code - (1 << 64) if code >= 1 << 63 else code
 
 
 def decode_float_codes(codes: np.ndarray, fmt: FloatFormat) -> np.ndarray:

@@ -14,17 +14,19 @@ against it when built, on inputs chosen where a shortcut would show:
     up to SEARCH_MAX elements   formats of at most 16 bits: `search` (one binary search and one
                                 gather on the caller's array: no copy, no chunks, no threads);
                                 DIRECT_SEARCH_MAX where a kernel has a direct form
-    1-D, up to DIRECT_MAX       bf16 and fp16 from float32: ml_dtypes' bfloat16 casts where
-                                ml_dtypes is installed (`cast_kernels.bf16_by_cast`), else
-                                `cast_kernels.bf16_array` (the integer kernel on the caller's
-                                array, allocating only its output); `cast_kernels.fp16_array`
-                                (numpy's float16 casts)
+    1-D, up to DIRECT_MAX       bf16 and fp16 from float32 or float64, overflowing to inf or
+                                saturating: ml_dtypes' bfloat16 casts where ml_dtypes is
+                                installed (`cast_kernels.bf16_by_cast`, `cast_when_quiet`),
+                                else from float32 `cast_kernels.bf16_array` (the integer kernel
+                                on the caller's array, allocating only its output);
+                                `cast_kernels.fp16_by_cast` (numpy's float16 casts)
     larger arrays               `table_kernels` (formats of at most 8 bits whose breakpoints are
                                 float32 numbers with their low 16 or 15 bits zero: the registered
                                 ones inside float32's range and the whole P3109 binary8 family;
                                 float32 or float64 input), `cast_kernels` (IEEE-style
                                 formats inside float32's range, bf16 and fp16 among them, under
-                                nearest-even with overflow to inf; fp32 and fp64), run by `chunks`
+                                nearest-even with overflow to inf, or clamped for saturate
+                                (`cast_kernels.Saturated`); fp32 and fp64), run by `chunks`
     anything else               the general path (already chunked)
 
 Stochastic rounding, modes other than DETERMINISTIC, and float16 input always take the general
@@ -46,9 +48,14 @@ from precisionlab.rounding.cast_kernels import (
     IeeeBits,
     IeeeFrom32,
     IeeeFrom64,
+    Saturated,
     bf16_array,
     bf16_by_cast,
+    cast_when_quiet,
+    clamp,
     fp16_array,
+    fp16_by_cast,
+    overflow_edge,
 )
 from precisionlab.rounding.chunks import CHUNK, ChunkKernel, run_chunked
 from precisionlab.rounding.modes import NanPolicy, Rounding, overflow_policy
@@ -75,17 +82,24 @@ _FP64 = get_float_format("fp64").defining_fields
 _FP16 = get_float_format("fp16").defining_fields
 
 
-DIRECT_SEARCH_MAX = {"bf16 by ml_dtypes": 32, "bf16": 128, "fp16": 64}
-"""Where a kernel has a direct form (bf16 and fp16 from float32), arrays up to this size still use
-the binary search. Measured on the 2-core machine (medians of alternated calls): the search over
-bf16's ~2^16 steps took 1.6 microseconds at 32 elements and 2.8 at 96, ml_dtypes' casts 1.4 and
-1.7, the five integer passes 3.5 and 3.7; numpy's float16 casts took 2.1 at 64 elements against
-the search's 2.2."""
+DIRECT_SEARCH_MAX = {"bf16 by ml_dtypes": 32, "bf16 by ml_dtypes, saturating": 96, "bf16 by ml_dtypes, float64": 96,
+                     "bf16": 128, "fp16": 64, "fp16, float64": 96}
+"""Where a kernel has a direct form (bf16 and fp16), arrays up to this size still use the binary
+search. Measured on the 2-core machine (medians of alternated calls): the search over bf16's ~2^16
+steps took 1.6 microseconds at 32 elements and 2.8 at 96, ml_dtypes' casts 1.4 and 1.7, the five
+integer passes 3.5 and 3.7; numpy's float16 casts took 2.1 at 64 elements against the search's 2.2.
+The saturating and float64 forms test every |x| against the overflow edge first (one pass more):
+the search's time over theirs was 0.82-0.92 at 64 elements and 1.06-1.31 at 128 (load average 2.6-13,
+2026-12-02), so they start at 97."""
 
-DIRECT_MAX = {"bf16 by ml_dtypes": 2048, "bf16": CHUNK, "fp16": 2048}
+DIRECT_MAX = {"bf16 by ml_dtypes": 2048, "bf16 by ml_dtypes, saturating": 4096, "bf16 by ml_dtypes, float64": 4096,
+              "bf16": CHUNK, "fp16": 2048, "fp16, float64": 16384}
 """Largest 1-D array the direct form takes (above it the chunk kernel runs). The casts of numpy
 (float16) and ml_dtypes (bfloat16) are not vectorised: at 4096 elements they took 24 and 11
-microseconds where the chunk kernel took 16 and 7, at 2048 18 and 8 against 21 and 8."""
+microseconds where the chunk kernel took 16 and 7, at 2048 18 and 8 against 21 and 8. The
+saturating chunk kernel clamps in two more passes (the chunk kernel's time over the direct form's:
+1.16 at 4096, 0.95 at 8192), and the float64 chunk kernel narrows first (bf16: 1.10 at 4096, 0.42 at
+8192; fp16, where numpy casts float64 to float16 directly: 1.27 at 16384), same runs."""
 
 
 class ArrayKernel:
@@ -174,25 +188,45 @@ def _build(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | Overflo
     if chunk is not None and not _reproduces(partial(_run, chunk, out_dtype), dtype, out_dtype, reference, found):
         chunk = None
     direct, direct_max, small_max = None, 0, SEARCH_MAX[dtype]
-    for name, form in _direct_forms(fmt, chunk):
+    for name, form in _direct_forms(fmt, dtype, chunk, out_dtype):
         if _reproduces(form, dtype, out_dtype, reference, found):
             direct, direct_max, small_max = form, DIRECT_MAX[name], min(small_max, DIRECT_SEARCH_MAX[name])
             break
     return ArrayKernel(out_dtype, small, small_max, chunk, reference, direct, direct_max)
 
 
-def _direct_forms(fmt: Format, chunk: ChunkKernel | None) -> list[tuple[str, Reference]]:
-    """The small-array forms of a chunk kernel (bf16 and fp16 from float32), best first, each
-    named as in DIRECT_MAX; the first that reproduces the engine is used."""
-    if not isinstance(chunk, IeeeFrom32):
+def _direct_forms(fmt: Format, dtype: np.dtype, chunk: ChunkKernel | None,
+                  out_dtype: np.dtype) -> list[tuple[str, Reference]]:
+    """The small-array forms of a chunk kernel (bf16 and fp16, float32 or float64 input, overflow to
+    inf or saturating), best first, each named as in DIRECT_MAX; the first that reproduces the engine
+    is used."""
+    saturate = chunk.bounds if isinstance(chunk, Saturated) else None
+    inner = chunk.inner if isinstance(chunk, Saturated) else chunk
+    if not isinstance(inner, (IeeeFrom32, IeeeFrom64)) or not isinstance(fmt, FloatFormat):
         return []
-    if chunk.rounder.bf16_like:
+    wide = dtype == _FLOAT64
+    suffix = ", float64" if wide else ""
+    if inner.rounder.bf16_like:
+        loud = partial(_run, inner, out_dtype) if wide else bf16_array  # the exact kernel (NaN, overflow)
+        forms: list[tuple[str, Reference]] = []
         ml_dtypes = optional_import("ml_dtypes")
-        by_cast = [("bf16 by ml_dtypes", bf16_by_cast(ml_dtypes.bfloat16))] if ml_dtypes is not None else []
-        return [*by_cast, ("bf16", bf16_array)]
-    if isinstance(fmt, FloatFormat) and fmt.defining_fields == _FP16:
-        return [("fp16", fp16_array)]
+        if ml_dtypes is not None and not wide and saturate is None:
+            forms.append(("bf16 by ml_dtypes", bf16_by_cast(ml_dtypes.bfloat16)))
+        elif ml_dtypes is not None:
+            edge = np.array(overflow_edge(fmt), dtype=np.float32)
+            forms.append(("bf16 by ml_dtypes" + (suffix or ", saturating"),
+                          cast_when_quiet(ml_dtypes.bfloat16, out_dtype.type, edge, loud, saturate)))
+        if not wide:
+            forms.append(("bf16", bf16_array if saturate is None else partial(_clamped, bf16_array, saturate)))
+        return forms
+    if fmt.defining_fields == _FP16:
+        return [("fp16" + suffix, fp16_array if not wide and saturate is None else fp16_by_cast(out_dtype.type,
+                                                                                                  saturate))]
     return []
+
+
+def _clamped(form: Reference, saturate: tuple[np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
+    return clamp(form(x), *saturate)
 
 
 def _run(kernel: ChunkKernel, out_dtype: np.dtype, x: np.ndarray) -> np.ndarray:
@@ -216,8 +250,15 @@ def _chunk_kernel(fmt: Format, dtype: np.dtype, mode: Rounding, overflow: str | 
     if isinstance(fmt, IntFormat):
         return None
     policy = overflow_policy(overflow, fmt.default_overflow)
-    if policy is not Overflow.INF:
-        return None
+    if policy is Overflow.SATURATE:  # the kernel that overflows to inf, clamped (cast_kernels.Saturated)
+        inner = _overflow_to_inf(fmt, dtype, mode)
+        return Saturated(inner, fmt, out_dtype) if inner is not None else None
+    return _overflow_to_inf(fmt, dtype, mode) if policy is Overflow.INF else None
+
+
+def _overflow_to_inf(fmt: FloatFormat, dtype: np.dtype, mode: Rounding) -> IeeeFrom32 | IeeeFrom64 | CastThrough | None:
+    """The bit or cast kernel of an IEEE-style format inside float32's range (or fp32 / fp64) under
+    overflow to inf, or None."""
     fields = fmt.defining_fields
     if (fields == _FP32 and dtype == _FLOAT32) or (fields == _FP64 and dtype == _FLOAT64):
         return CastThrough(None)  # every value is a member; only NaN changes (to the canonical NaN)

@@ -25,8 +25,13 @@ the input is float64 or the format's range does not sit inside float32's):
       to_odd       : clear the low bits; if any was set and the kept code is even, add 2^s
                      (the odd neighbour; with M = 0 the next binade when the exponent is even)
       stochastic   : add s uniformly random bits, so P(round up) = remainder / 2^s
-                     exactly and E[round(x)] = x for |x| <= max_finite. Past max_finite the
-                     overflow policy decides, deterministically (no member lies above).
+                     exactly and E[round(x)] = x for |x| <= max_finite. The add runs on the
+                     grid with the exponent unbounded above (the domain's binades go on past
+                     the target's top), so just past max_finite x rounds up to the next grid
+                     point with probability (x - max_finite) / (that grid point - max_finite)
+                     and down to max_finite otherwise; then the overflow policy decides a
+                     result past max_finite, as in every mode (the two steps of
+                     `modes.Rounding`: binary8p4se 230 is 224 with p 0.625, +inf with 0.375).
 
 * Target-subnormal range (|x| < 2^emin): the grid is uniform with quantum
   q = 2^(emin - M). v = |x| / q is an exact power-of-two scaling (by ldexp: 1/q overflows
@@ -36,7 +41,7 @@ the input is float64 or the format's range does not sit inside float32's):
   result is v * q.
 
 Then specials: NaN stays NaN where the format has one (sign kept, as ml_dtypes);
-magnitudes above max_finite and ±inf follow the overflow policy; toward_zero never
+rounded magnitudes above max_finite and ±inf follow the overflow policy; toward_zero never
 turns a finite value into inf (IEEE 754) and so clamps to ±max_finite; FNUZ formats
 have no -0; unsigned formats give NaN for negatives, and a format without a zero code
 (ue8m0) gives NaN for 0 and its smallest value for anything smaller. An unsigned format
@@ -224,11 +229,7 @@ def _apply_specials(out: np.ndarray, mag: np.ndarray, sign: np.ndarray, absx: np
         if fmt.has_zero:
             below &= out != 0
 
-    over = out > max_finite
-    if plan.rounding is Rounding.STOCHASTIC:
-        # Past max_finite no member lies above x, so no draw can be unbiased there: the value is
-        # an overflow, and the policy decides it, deterministically (not by the draw).
-        over |= absx > max_finite
+    over = out > max_finite  # x rounded on the unbounded grid, in every mode (stochastic too), then the policy
     if below is not None:
         over &= ~below
     if over.any():

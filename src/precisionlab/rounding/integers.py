@@ -35,7 +35,8 @@ def round_nonnegative_to_integer(v: np.ndarray, rounding: Rounding, rng: np.rand
     with np.errstate(invalid="ignore"):  # inf - inf: NaN, and a NaN fraction never rounds inf up
         frac = v - floor  # exact: the fractional part of a float is representable
     if rounding is Rounding.TO_ODD:
-        return floor + ((frac > 0) & (np.fmod(floor, 2.0) == 0))
+        with np.errstate(invalid="ignore"):  # fmod(inf, 2) is NaN: inf is never rounded up
+            return floor + ((frac > 0) & (np.fmod(floor, 2.0) == 0))
     if rounding is Rounding.NEAREST_AWAY:
         return floor + (frac >= 0.5)
     assert rng is not None

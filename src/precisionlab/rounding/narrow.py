@@ -34,10 +34,10 @@ def narrow(x: np.ndarray, out: np.ndarray, grid_mask: int, low: np.ndarray) -> N
     np.copyto(as32, x, casting="same_kind")
     mask = np.uint32(grid_mask)
     np.bitwise_and(out, mask, out=low)
+    if np.count_nonzero(low) == low.size:  # nothing landed on the grid (random data: about 2^-k of it does)
+        return
     on_grid = low == 0
     landed = np.flatnonzero(on_grid)
-    if landed.size == 0:
-        return
     dense = 8 * landed.size > x.size  # data already on the grid (rounded values): decide without gathers
     landed = np.flatnonzero(on_grid & (x != as32)) if dense else landed[x[landed] != as32[landed]]
     if landed.size == 0:  # every landed value was exact

@@ -1,0 +1,189 @@
+"""The package structure: no import circle between the modules of one package.
+
+Every package under src/precisionlab (the top-level one included) is a graph: its nodes are the
+modules directly in it (`__init__` among them), and A -> B where A's source imports B anywhere: at
+the top, inside a function, or under `if TYPE_CHECKING:` (the source is read with ast, never
+imported, so every import counts; relative imports are resolved). `from P import name` points at the
+module P.name when there is one, else at P itself. Importing P.X does not count as importing P's
+`__init__` (Python runs the parent package first; that is not a circle of this package's making).
+Any strongly connected part of more than one node is a circle. A subpackage is a package of its
+own, tested by itself; circles between packages (a package and its subpackage among them) are a
+layering question (DESIGN.md), not this test's.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = SRC / "precisionlab"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_package(path: Path) -> bool:
+    return path.is_file() and path.name == "__init__.py"
+
+
+def modules() -> dict[str, Path]:
+    """Every module under src/precisionlab by dotted name (a package by its `__init__.py`)."""
+    return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def imported_names(path: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The modules (dotted names) that the source at `path` imports anywhere in its tree."""
+    package = name if is_package(path) else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in known else target)
+    return {n for n in found if n == "precisionlab" or n.startswith("precisionlab.")}
+
+
+def packages(known: dict[str, Path]) -> list[str]:
+    return [name for name, path in known.items() if is_package(path)]
+
+
+def node_in(package: str, module: str, known: dict[str, Path]) -> str | None:
+    """`module` when it is one of the package's own modules (its `__init__` or a module directly in
+    it, not a subpackage), else None."""
+    if module == package:
+        return package
+    inside = module.startswith(package + ".") and "." not in module[len(package) + 1:]
+    return module if inside and module in known and not is_package(known[module]) else None
+
+
+def graph(package: str, known: dict[str, Path]) -> dict[str, set[str]]:
+    """Edges between the nodes of one package."""
+    edges: dict[str, set[str]] = {}
+    for name, path in known.items():
+        source = node_in(package, name, known)
+        if source is None:
+            continue
+        edges.setdefault(source, set())
+        for target_module in imported_names(path, name, known):
+            target = node_in(package, target_module, known)
+            if target is not None and target != source:
+                edges[source].add(target)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one node (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def path_through(edges: dict[str, set[str]], part: list[str]) -> str:
+    """One cycle inside a strongly connected part, for the failure message."""
+    members = set(part)
+    start = part[0]
+    trail = [start]
+    seen = {start}
+    node = start
+    while True:
+        nxt = sorted(n for n in edges[node] if n in members)
+        back = [n for n in nxt if n == start]
+        if back and len(trail) > 1:
+            return " -> ".join([*trail, start])
+        fresh = [n for n in nxt if n not in seen]
+        if not fresh:
+            return " -> ".join([*trail, nxt[0]]) if nxt else " -> ".join(trail)
+        node = fresh[0]
+        trail.append(node)
+        seen.add(node)
+
+
+KNOWN = modules()
+
+
+@pytest.mark.parametrize("package", packages(KNOWN))
+def test_no_import_circle_inside_a_package(package: str) -> None:
+    edges = graph(package, KNOWN)
+    found = circles(edges)
+    assert not found, "import circles in " + package + ": " + "; ".join(path_through(edges, p) for p in found)
+
+
+# --------------------------------------------------------------------------- the checker itself
+def write(tmp: Path, files: dict[str, str]) -> dict[str, Path]:
+    for relative, text in files.items():
+        path = tmp / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return {module_name_in(tmp, path): path for path in sorted(tmp.rglob("*.py"))}
+
+
+def module_name_in(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_checker_finds_circles_through_functions_type_checking_and_relative_imports(tmp_path: Path) -> None:
+    known = write(tmp_path, {
+        "precisionlab/__init__.py": "",
+        "precisionlab/pkg/__init__.py": "from precisionlab.pkg.a import thing\n",
+        "precisionlab/pkg/a.py": "def f():\n    from precisionlab.pkg import b\n",
+        "precisionlab/pkg/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import C\n",
+        "precisionlab/pkg/c.py": "import precisionlab.pkg.a\n",
+        "precisionlab/pkg/d.py": "from precisionlab.pkg.sub.e import E\nfrom precisionlab.pkg import thing\n",
+        "precisionlab/pkg/sub/__init__.py": "",
+        "precisionlab/pkg/sub/e.py": "from ..d import x\nfrom . import g\n",
+        "precisionlab/pkg/sub/g.py": "from precisionlab.pkg.sub import e\n",
+        "precisionlab/pkg/f.py": "from precisionlab.pkg.a import thing\nfrom precisionlab import other\n",
+    })
+    edges = graph("precisionlab.pkg", known)
+    found = circles(edges)
+    # a -> b (in a function), b -> c (TYPE_CHECKING, relative), c -> a (plain import); d -> __init__ -> a
+    # points into the circle only; f likewise; d <-> sub.e crosses into a subpackage, not counted here
+    assert found == [["precisionlab.pkg.a", "precisionlab.pkg.b", "precisionlab.pkg.c"]]
+    assert path_through(edges, found[0]).replace("precisionlab.pkg.", "") == "a -> b -> c -> a"
+    assert edges["precisionlab.pkg.d"] == {"precisionlab.pkg"}
+    assert circles(graph("precisionlab.pkg.sub", known)) == [["precisionlab.pkg.sub.e", "precisionlab.pkg.sub.g"]]
+    assert not circles(graph("precisionlab", known))
