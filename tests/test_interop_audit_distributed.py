@@ -13,7 +13,7 @@ pytest.importorskip("safetensors", reason="test checkpoints are written with saf
 
 from precisionlab.interop import audit as audit_module
 from precisionlab.interop.audit import RESULTS_NAME, batches, held_checkpoints
-from precisionlab.interop.distribute import map_tasks
+from precisionlab.interop.distribute import distribute_tasks
 from tests.test_interop_audit import make_tensors, write_sharded
 
 SCHEMES = "int4:g32,nvfp4"
@@ -56,17 +56,17 @@ def _square(x: int) -> int:
 
 def test_map_tasks_backends_agree() -> None:
     tasks = [(i,) for i in range(7)]
-    assert list(map_tasks(_square, tasks)) == [i * i for i in range(7)]  # serial: in task order
-    assert sorted(map_tasks(_square, tasks, workers=2)) == [i * i for i in range(7)]
-    assert list(map_tasks(_square, [], workers=2)) == []
+    assert list(distribute_tasks(_square, tasks)) == [i * i for i in range(7)]  # serial: in task order
+    assert sorted(distribute_tasks(_square, tasks, workers=2)) == [i * i for i in range(7)]
+    assert list(distribute_tasks(_square, [], workers=2)) == []
     with pytest.raises(ValueError, match="not both"):
-        map_tasks(_square, tasks, workers=2, scheduler="tcp://127.0.0.1:1")
+        distribute_tasks(_square, tasks, workers=2, scheduler="tcp://127.0.0.1:1")
 
 
 def test_an_unreachable_scheduler_is_a_one_line_error() -> None:
     pytest.importorskip("distributed", reason="needs dask[distributed]")
     with pytest.raises(OSError, match=r"cannot reach the Dask scheduler at tcp://127\.0\.0\.1:9"):
-        list(map_tasks(_square, [(1,)], scheduler="tcp://127.0.0.1:9", connect_timeout=1))
+        list(distribute_tasks(_square, [(1,)], scheduler="tcp://127.0.0.1:9", connect_timeout=1))
 
 
 def test_dask_local_cluster_equals_the_single_process_audit(run_cli: Any, checkpoint: Path, tmp_path: Path,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.interop.distribute import map_tasks
+from precisionlab.interop.distribute import distribute_tasks
 from precisionlab.interop.results_log import ResultsLog
 from precisionlab.quant import error_metrics, parse_scheme, quantize
 from precisionlab.quant.scheme import Granularity
@@ -348,7 +348,7 @@ def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
     limit = 0 if workers == 1 and scheduler is None else BATCH_BYTES  # serially, a record per tensor as it ends
     tasks = [(path, group, tuple(plan.schemes)) for group in batches(plan.todo, sizes, limit)]
     try:
-        for lines in map_tasks(audit_batch, tasks, workers=workers, scheduler=scheduler,
+        for lines in distribute_tasks(audit_batch, tasks, workers=workers, scheduler=scheduler,
                                cleanup=release_checkpoints):
             for line in lines:
                 record = json.loads(line)

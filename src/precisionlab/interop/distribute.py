@@ -1,8 +1,11 @@
 """Run independent tasks serially, on a local process pool, or on a Dask distributed cluster.
 
-    map_tasks(func, tasks)                          in this process, in order
-    map_tasks(func, tasks, workers=4)               concurrent.futures.ProcessPoolExecutor (spawn)
-    map_tasks(func, tasks, scheduler="tcp://h:8786")  dask.distributed.Client(address)
+    distribute_tasks(func, tasks)                            in this process, in order
+    distribute_tasks(func, tasks, workers=4)                 concurrent.futures.ProcessPoolExecutor (spawn)
+    distribute_tasks(func, tasks, scheduler="tcp://h:8786")  dask.distributed.Client(address)
+
+(Not to be confused with `precisionlab.parallel.map_tasks`, which spreads in-process work over
+threads and returns a list in order.)
 
 func must be a module-level function (it is sent to other processes by reference) and each task a
 tuple of its arguments. Results are yielded as tasks finish (completion order; serially, task
@@ -25,7 +28,7 @@ CONNECT_TIMEOUT_S = 20
 """Seconds to wait for a Dask scheduler before giving up."""
 
 
-def map_tasks(func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], workers: int = 1,
+def distribute_tasks(func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], workers: int = 1,
               scheduler: str | None = None, connect_timeout: float = CONNECT_TIMEOUT_S,
               cleanup: Callable[[], Any] | None = None) -> Iterator[Any]:
     """func(*task) for each task, yielded as each finishes (see the module doc).
