@@ -476,7 +476,7 @@ def test_check_results_become_findings_flags_and_totals(run_cli: Any, sharded: P
         evidence: dict[str, Any]
         message: str
 
-    def fake_checks(tensor: Any, checkpoint: Any) -> list[Result]:
+    def fake_checks(tensor: Any, checkpoint: Any, values: Any = None) -> list[Result]:
         wide = tensor.shape[-1] == 64
         return [Result("scale_vs_amax", wide, {"ratio": 2.0}, "scales disagree" if wide else "ok"),
                 Result("nibble_order", False, {}, "ok")]

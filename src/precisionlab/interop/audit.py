@@ -65,11 +65,11 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Any:
     return read_checkpoint(Path(path))
 
 
-def checks_for(tensor: Any, checkpoint: Any) -> list[Any]:
-    """The convention checks of one tensor (`interop.checks.run_checks`)."""
+def checks_for(tensor: Any, checkpoint: Any, values: np.ndarray | None = None) -> list[Any]:
+    """The convention checks of one tensor (`interop.checks.run_checks`; values: its dequantized values)."""
     from precisionlab.interop.checks import run_checks
 
-    return list(run_checks(tensor, checkpoint))
+    return list(run_checks(tensor, checkpoint, values))
 
 
 _OPEN: dict[str, tuple[tuple[int, int], Any]] = {}
@@ -197,8 +197,8 @@ def audit_tensor(tensor: Any, checkpoint: Any = None, schemes: Sequence[str] = (
         values = tensor.dequantize()
         record["stats"] = tensor_stats(values)
         record["requant"] = requant_errors(values, schemes)
+        record["checks"] = {r.name: _check_record(r) for r in checks_for(tensor, checkpoint, values)}
         del values
-        record["checks"] = {r.name: _check_record(r) for r in checks_for(tensor, checkpoint)}
     except Exception as exc:  # one tensor's failure is a per-tensor error; the audit goes on
         record["error"] = f"{type(exc).__name__}: {exc}"
     return record

@@ -134,7 +134,8 @@ def _span_of(spans: list[tuple[int, int, str]], name: str) -> tuple[int, int]:
 
 def load_configs(directory: Path, notes: list[str]) -> dict[str, Any]:
     """The quantization settings beside the checkpoint: config.json's quantization_config, or
-    quantize_config.json (GPTQ) / quant_config.json (AutoAWQ); {} when there is none."""
+    quantize_config.json (GPTQ) / quant_config.json (AutoAWQ), and the model's dimensions from config.json
+    (`model_config`); {} when there is none."""
     found: dict[str, Any] = {}
     for name in CONFIG_NAMES:
         cfg_path = directory / name
@@ -153,10 +154,26 @@ def load_configs(directory: Path, notes: list[str]) -> dict[str, Any]:
             if isinstance(qc, dict):
                 found.setdefault("quantization_config", qc)
                 found["quantization_config_source"] = str(cfg_path)
+            model = model_config(data)
+            if model:
+                found["model_config"] = model
         else:
             found.setdefault("quantization_config", data)
             found.setdefault("quantization_config_source", str(cfg_path))
     return found
+
+
+MODEL_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "vocab_size", "num_hidden_layers")
+"""The model's dimensions kept from config.json (the convention checks compare tensor shapes with them)."""
+
+
+def model_config(data: dict[str, Any]) -> dict[str, Any]:
+    """MODEL_KEYS of an HF config.json (a multimodal config's text_config when it has one)."""
+    nested = data.get("text_config")
+    source: dict[str, Any] = nested if isinstance(nested, dict) else data
+    return {k: source[k] for k in MODEL_KEYS if k in source and isinstance(source[k], (int, str))
+            and not isinstance(source[k], bool)}
 
 
 def read_files(path: Path, files: list[Path], index_map: dict[str, str] | None = None) -> Checkpoint:
