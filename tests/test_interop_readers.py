@@ -241,7 +241,7 @@ def test_sharded_index_and_a_missing_shard(tmp_path: Path) -> None:
 
 
 def test_missing_and_unreadable_paths(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"nope\.safetensors: no such file"):
+    with pytest.raises(FileNotFoundError, match=r"No such file or directory: '.*nope\.safetensors'"):
         pl.read_checkpoint(tmp_path / "nope.safetensors")
     with pytest.raises(ValueError, match=r"no \.safetensors, safetensors index or \.gguf file"):
         pl.read_checkpoint(tmp_path)

@@ -24,8 +24,10 @@ A tensor is read, decoded and measured on its own (memory-mapped parts, statisti
 chunks), so memory is bounded by the largest tensor, never by the checkpoint.
 
 `plan_audit` opens the checkpoint and the results log; `run_audit` audits what is not done yet
-(serially, on a process pool or on a Dask cluster, see `interop.distribute`), appending each record
-to the log as it arrives; `totals` sums the records. The lab in `labs.audit` turns them into a report.
+(serially a task per tensor; on a process pool or a Dask cluster in tasks of similar cost,
+`plan_tasks`; see `interop.distribute`), appending each record to the log as it arrives, and on an
+interrupt the records of every finished task; `totals` sums the records. The lab in `labs.audit`
+turns them into a report.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.interop.distribute import distribute_tasks
+from precisionlab.interop.distribute import connect_scheduler, distribute_tasks
 from precisionlab.interop.results_log import ResultsLog
 from precisionlab.quant import error_metrics, parse_scheme, quantize
 from precisionlab.quant.scheme import Granularity
@@ -217,9 +219,10 @@ def audit_named(path: str, name: str, schemes: Sequence[str]) -> str:
     return dumps_record(record)
 
 
-BATCH_BYTES = 64 << 20
-"""Stored bytes of the tensors one pool or Dask task audits: a task per tensor spent about a third of
-two workers' CPU time on hand-offs (measured: 4.48 CPU-s serial, 6.08 on two workers, 512 tensors)."""
+MIN_TASK_ELEMENTS = 4 << 20
+"""Weights a pool or Dask task audits at least (hand-offs cost milliseconds; 4M weights take a second or so)."""
+TASKS_PER_WORKER = 4
+"""Tasks per worker aimed at, so that a worker that finishes early takes another and none waits on a long one."""
 
 
 def audit_batch(path: str, names: Sequence[str], schemes: Sequence[str]) -> list[str]:
@@ -227,21 +230,35 @@ def audit_batch(path: str, names: Sequence[str], schemes: Sequence[str]) -> list
     return [audit_named(path, name, schemes) for name in names]
 
 
-def batches(names: Sequence[str], sizes: Mapping[str, int], limit: int = BATCH_BYTES) -> list[tuple[str, ...]]:
-    """Consecutive names grouped so that each group's stored bytes reach `limit` (the last may be smaller);
-    a tensor larger than `limit` is a group of its own."""
-    out: list[tuple[str, ...]] = []
+def plan_tasks(names: Sequence[str], elements: Mapping[str, int], workers: int,
+               min_elements: int | None = None) -> list[tuple[str, ...]]:
+    """Consecutive tensors grouped into tasks of similar cost (weights audited), largest first.
+
+    The target is total / (TASKS_PER_WORKER * workers) weights, at least `min_elements`
+    (MIN_TASK_ELEMENTS) and at most total / workers, so N workers get N or more tasks; a task is closed
+    before a tensor that would take it past the target, so a tensor larger than the target is a task of
+    its own. Sorting by size sends the largest out first, so the last
+    task to finish is a small one."""
+    floor = MIN_TASK_ELEMENTS if min_elements is None else min_elements
+    total = sum(max(1, int(elements[n])) for n in names)
+    target = min(max(floor, -(-total // (TASKS_PER_WORKER * workers))), max(1, total // max(workers, 1)))
+    tasks: list[tuple[str, ...]] = []
     group: list[str] = []
-    total = 0
+    size = 0
     for name in names:
+        weight = max(1, int(elements[name]))
+        if group and size + weight > target:  # closing first keeps a task from overshooting the target
+            tasks.append(tuple(group))
+            group, size = [], 0
         group.append(name)
-        total += sizes[name]
-        if total >= limit:
-            out.append(tuple(group))
-            group, total = [], 0
+        size += weight
+        if size >= target:
+            tasks.append(tuple(group))
+            group, size = [], 0
     if group:
-        out.append(tuple(group))
-    return out
+        tasks.append(tuple(group))
+    cost = {task: sum(max(1, int(elements[n])) for n in task) for task in tasks}
+    return sorted(tasks, key=lambda task: -cost[task])
 
 
 # --------------------------------------------------------------------------- records as JSON
@@ -317,11 +334,13 @@ def _identity_path(path: Path) -> str:
 
 
 def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
-               results_dir: str | os.PathLike[str] | None = None) -> AuditPlan:
-    """Open the checkpoint (a ValueError / OSError for a missing or unreadable one) and, with results_dir,
-    the results log: records already there for the same checkpoint and schemes are done."""
+               results_dir: str | os.PathLike[str] | None = None, checkpoint: Any = None) -> AuditPlan:
+    """Open the checkpoint (a ValueError / OSError for a missing or unreadable one; or take the one given,
+    opened from path) and, with results_dir, the results log: records already there for the same
+    checkpoint and schemes are done."""
     chosen = normalise_schemes(schemes)
-    checkpoint = open_checkpoint(path)
+    if checkpoint is None:
+        checkpoint = open_checkpoint(path)
     names = [str(n) for n in checkpoint]
     files = {n: Path(str(checkpoint[n].source_file)).name for n in names}
     plan = AuditPlan(Path(path), checkpoint, names, files, chosen)
@@ -336,31 +355,55 @@ def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
 
 
 def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
-              on_record: Callable[[dict[str, Any]], None] | None = None) -> AuditRun:
+              on_record: Callable[[dict[str, Any]], None] | None = None, client: Any = None) -> AuditRun:
     """Audit every tensor not yet done; each record is appended to the log (if any) as it arrives,
-    then passed to on_record. workers > 1: a process pool; scheduler: a Dask cluster's address."""
+    then passed to on_record. workers > 1: a process pool; scheduler (an address) or client (connected
+    with `distribute.connect_scheduler`, left open): a Dask cluster. On an interrupt (KeyboardInterrupt)
+    the records of every task that had finished are logged before it propagates."""
     path = str(plan.path.resolve())
-    if workers == 1 and scheduler is None:  # serial: the plan's open checkpoint serves the tasks
+    serial = workers == 1 and scheduler is None and client is None
+    if serial:  # the plan's open checkpoint serves the tasks
         _OPEN.clear()
         _OPEN[path] = (_stat_key(path), plan.checkpoint)
     fresh: dict[str, dict[str, Any]] = {}
-    sizes = {name: int(plan.checkpoint[name].stored_nbytes) for name in plan.todo}
-    limit = 0 if workers == 1 and scheduler is None else BATCH_BYTES  # serially, a record per tensor as it ends
-    tasks = [(path, group, tuple(plan.schemes)) for group in batches(plan.todo, sizes, limit)]
+    owned = None
+    if scheduler is not None and client is None:
+        client = owned = connect_scheduler(scheduler)
+    elements = {name: int(plan.checkpoint[name].size) for name in plan.todo}
+    groups: list[tuple[str, ...]]
+    if serial:
+        groups = [(name,) for name in plan.todo]
+    else:
+        slots = workers if client is None else sum(client.nthreads().values())
+        groups = plan_tasks(plan.todo, elements, max(slots, 2))
+    tasks = [(path, group, tuple(plan.schemes)) for group in groups]
+
+    def take(lines: list[str], notify: bool = True) -> None:
+        records = [json.loads(line) for line in lines]
+        for line, record in zip(lines, records, strict=True):  # every record logged before any callback
+            if plan.log is not None:
+                plan.log.append(line)
+            fresh[record["name"]] = record
+        if on_record is not None and notify:
+            for record in records:
+                on_record(record)
+
     try:
-        for lines in distribute_tasks(audit_batch, tasks, workers=workers, scheduler=scheduler,
-                               cleanup=release_checkpoints):
-            for line in lines:
-                record = json.loads(line)
-                if plan.log is not None:
-                    plan.log.append(line)
-                fresh[record["name"]] = record
-                if on_record is not None:
-                    on_record(record)
+        with distribute_tasks(audit_batch, tasks, workers=workers, cleanup=release_checkpoints,
+                              client=client) as stream:
+            try:
+                for lines in stream:
+                    take(lines)
+            except KeyboardInterrupt:
+                for lines in stream.finished():  # finished tasks whose records had not been taken yet
+                    take(lines, notify=False)
+                raise
     finally:
         release_checkpoints()
         if plan.log is not None:
             plan.log.close()
+        if owned is not None:
+            owned.close()
     by_name = {**plan.done, **fresh}
     records = [_complete(by_name[n], plan.files[n]) for n in plan.names]
     file_bytes = sum(Path(f).stat().st_size for f in getattr(plan.checkpoint, "source_files", []))
@@ -405,6 +448,7 @@ def totals(run: AuditRun) -> dict[str, Any]:
         "bits_per_weight": 8 * stored / elements if elements else None,
         "file_bytes": run.file_bytes, "source_files": len(run.source_files),
         "notes": sum(1 for r in records if r.get("note")), "errors": sum(1 for r in records if r.get("error")),
+        "reading_notes": len(run.notes),
     }
     flags: dict[str, int] = {}
     for r in records:
