@@ -68,13 +68,15 @@ def COMMAND(checkpoint: Path, schemes: tuple[str, ...], workers: int, scheduler:
     if scheduler is not None and workers != 1:
         raise click.UsageError("give --workers or --scheduler, not both")
     chosen = normalise_schemes(list(split_schemes(schemes)))
-    opened = open_checkpoint(checkpoint)  # a missing or damaged checkpoint: one line, exit 2, nothing written
+    with _phase(f"reading the index of {checkpoint}"):
+        opened = open_checkpoint(checkpoint)  # a missing or damaged checkpoint: one line, exit 2, nothing written
     with contextlib.ExitStack() as stack:
         client = None
         if scheduler is not None:  # reached before --out is created
             from precisionlab.interop.distribute import connect_scheduler
 
-            client = connect_scheduler(scheduler)
+            with _phase(f"connecting to the Dask scheduler at {scheduler}"):
+                client = connect_scheduler(scheduler)
             stack.callback(client.close)
         with open_outputs(out_dir, csv_dir, svg) as outputs:
             ctx = click.get_current_context()
@@ -196,6 +198,19 @@ def _status(state: dict[str, int], tensors: int, weights: int) -> Callable[[floa
         return (f"auditing: {state['tensors']}/{tensors} tensors, {done / 1e6:.1f}M/{weights / 1e6:.1f}M weights "
                 f"[{elapsed:.0f} s, {eta}]")
     return text
+
+
+@contextlib.contextmanager
+def _phase(what: str) -> Iterator[None]:
+    """A step before the tensors start: a spinner on a terminal, else a line every PROGRESS_EVERY_S seconds."""
+    from precisionlab.cli.common import busy, stderr_is_terminal
+
+    if stderr_is_terminal():
+        with busy(what):
+            yield
+        return
+    with _heartbeat(lambda: lambda elapsed: f"audit: {what} [{elapsed:.0f} s]", threading.Lock()):
+        yield
 
 
 @contextlib.contextmanager

@@ -61,10 +61,11 @@ CHUNK = 1 << 20
 
 # --------------------------------------------------------------------------- opening a checkpoint
 def open_checkpoint(path: str | os.PathLike[str]) -> Any:
-    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily."""
+    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily. The path is made
+    absolute, so the tensors' parts can be mapped from other working directories (pool and Dask workers)."""
     from precisionlab.interop.checkpoint import read_checkpoint
 
-    return read_checkpoint(Path(path))
+    return read_checkpoint(Path(path).absolute())
 
 
 def checks_for(tensor: Any, checkpoint: Any, values: np.ndarray | None = None) -> list[Any]:
@@ -74,37 +75,19 @@ def checks_for(tensor: Any, checkpoint: Any, values: np.ndarray | None = None) -
     return list(run_checks(tensor, checkpoint, values))
 
 
-_OPEN: dict[str, tuple[tuple[int, int], Any]] = {}
-"""One open checkpoint per process (path -> (stat key, checkpoint)), reused by every task of a worker."""
+@dataclass(frozen=True)
+class CheckpointContext:
+    """What the checks and the records need of a checkpoint besides its tensors (sent with every task, so a
+    worker never indexes the checkpoint again: the GGUF reader takes seconds on a vocabulary)."""
+
+    metadata: dict[str, Any]
+    notes: tuple[str, ...]
 
 
-def _stat_key(path: str) -> tuple[int, int]:
-    p = Path(path)
-    target = p / "model.safetensors.index.json" if p.is_dir() else p
-    st = target.stat() if target.exists() else p.stat()
-    return st.st_mtime_ns, st.st_size
-
-
-def cached_checkpoint(path: str) -> Any:
-    """The checkpoint at path, opened once per process (reopened if the file changed)."""
-    key = _stat_key(path)
-    hit = _OPEN.get(path)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    _OPEN.clear()  # one at a time: a worker never holds the maps of two checkpoints
-    checkpoint = open_checkpoint(path)
-    _OPEN[path] = (key, checkpoint)
-    return checkpoint
-
-
-def held_checkpoints() -> int:
-    """How many checkpoints this process holds open (0 or 1)."""
-    return len(_OPEN)
-
-
-def release_checkpoints() -> None:
-    """Drop the process's open checkpoint (its memory maps close with it)."""
-    _OPEN.clear()
+def context_of(checkpoint: Any) -> CheckpointContext:
+    metadata = getattr(checkpoint, "metadata", None) or {}
+    kept = {k: v for k, v in metadata.items() if k != "file_metadata"}
+    return CheckpointContext(kept, tuple(str(n) for n in getattr(checkpoint, "notes", [])))
 
 
 # --------------------------------------------------------------------------- statistics
@@ -206,16 +189,12 @@ def audit_tensor(tensor: Any, checkpoint: Any = None, schemes: Sequence[str] = (
     return record
 
 
-def audit_named(path: str, name: str, schemes: Sequence[str]) -> str:
-    """Task body (a worker process or a Dask worker): audit one tensor of the checkpoint at path.
-
-    Returns the record as one line of strict JSON, so every backend hands back identical data.
-    """
+def audit_record_line(tensor: Any, context: CheckpointContext, schemes: Sequence[str]) -> str:
+    """One tensor's record as a line of strict JSON (so every backend hands back identical data)."""
     try:
-        checkpoint = cached_checkpoint(path)
-        record = audit_tensor(checkpoint[name], checkpoint, schemes)
-    except Exception as exc:  # the worker could not open the checkpoint (not visible there, changed, ...)
-        record = {"kind": "tensor", "name": name, "error": f"{type(exc).__name__}: {exc}"}
+        record = audit_tensor(tensor, context, schemes)
+    except Exception as exc:  # a record must come back whatever went wrong
+        record = {"kind": "tensor", "name": str(tensor.name), "error": f"{type(exc).__name__}: {exc}"}
     return dumps_record(record)
 
 
@@ -225,9 +204,11 @@ TASKS_PER_WORKER = 4
 """Tasks per worker aimed at, so that a worker that finishes early takes another and none waits on a long one."""
 
 
-def audit_batch(path: str, names: Sequence[str], schemes: Sequence[str]) -> list[str]:
-    """Task body for a batch of tensors: audit_named on each, in order."""
-    return [audit_named(path, name, schemes) for name in names]
+def audit_batch(tensors: Sequence[Any], context: CheckpointContext, schemes: Sequence[str]) -> list[str]:
+    """Task body (this process, a pool worker or a Dask worker): the record line of each tensor, in order.
+    The tensors are the parent's index entries (a few hundred bytes each: where their parts lie), so the
+    worker maps their bytes without opening the checkpoint."""
+    return [audit_record_line(tensor, context, schemes) for tensor in tensors]
 
 
 def plan_tasks(names: Sequence[str], elements: Mapping[str, int], workers: int,
@@ -360,11 +341,7 @@ def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
     then passed to on_record. workers > 1: a process pool; scheduler (an address) or client (connected
     with `distribute.connect_scheduler`, left open): a Dask cluster. On an interrupt (KeyboardInterrupt)
     the records of every task that had finished are logged before it propagates."""
-    path = str(plan.path.resolve())
     serial = workers == 1 and scheduler is None and client is None
-    if serial:  # the plan's open checkpoint serves the tasks
-        _OPEN.clear()
-        _OPEN[path] = (_stat_key(path), plan.checkpoint)
     fresh: dict[str, dict[str, Any]] = {}
     owned = None
     if scheduler is not None and client is None:
@@ -376,7 +353,8 @@ def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
     else:
         slots = workers if client is None else sum(client.nthreads().values())
         groups = plan_tasks(plan.todo, elements, max(slots, 2))
-    tasks = [(path, group, tuple(plan.schemes)) for group in groups]
+    context = context_of(plan.checkpoint)
+    tasks = [(tuple(plan.checkpoint[name] for name in group), context, tuple(plan.schemes)) for group in groups]
 
     def take(lines: list[str], notify: bool = True) -> None:
         records = [json.loads(line) for line in lines]
@@ -389,8 +367,7 @@ def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
                 on_record(record)
 
     try:
-        with distribute_tasks(audit_batch, tasks, workers=workers, cleanup=release_checkpoints,
-                              client=client) as stream:
+        with distribute_tasks(audit_batch, tasks, workers=workers, client=client) as stream:
             try:
                 for lines in stream:
                     take(lines)
@@ -399,7 +376,6 @@ def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
                     take(lines, notify=False)
                 raise
     finally:
-        release_checkpoints()
         if plan.log is not None:
             plan.log.close()
         if owned is not None:
