@@ -76,6 +76,8 @@ def signed_extremes(t: CheckpointTensor) -> tuple[np.ndarray, np.ndarray, int] |
 
     if t.layout.startswith("gptq:") and t.details.get("sym"):
         q, z, _, g = pi.gptq_codes(t)
+        if not np.all(z == 1 << (t.details["bits"] - 1)):
+            return None  # zero points read off by one: gptq_zero_offset speaks for the file, the codes would mislead
         lo, hi = _reduce_groups(q.astype(np.int64) - z[g].astype(np.int64), g, z.shape[0])
         return lo.reshape(-1), hi.reshape(-1), int(t.details["bits"])
     if t.layout in ("compressed-tensors:pack-quantized", "compressed-tensors:int-quantized") \
