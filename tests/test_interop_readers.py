@@ -241,7 +241,7 @@ def test_sharded_index_and_a_missing_shard(tmp_path: Path) -> None:
 
 
 def test_missing_and_unreadable_paths(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"nope\.safetensors: no such file"):
+    with pytest.raises(FileNotFoundError, match=r"No such file or directory: '.*nope\.safetensors'"):
         pl.read_checkpoint(tmp_path / "nope.safetensors")
     with pytest.raises(ValueError, match=r"no \.safetensors, safetensors index or \.gguf file"):
         pl.read_checkpoint(tmp_path)
@@ -255,3 +255,50 @@ def test_missing_and_unreadable_paths(tmp_path: Path) -> None:
             pl.read_checkpoint(locked)
     finally:
         locked.chmod(0o600)
+
+
+# --------------------------------------------------------------------------- offsets the safetensors library refuses
+def _raw_safetensors(path: Path, entries: dict[str, list[int]], data: bytes) -> Path:
+    """A safetensors file written byte by byte: F32 tensors of 4 elements at the given data offsets."""
+    import struct
+
+    header = json.dumps({name: {"dtype": "F32", "shape": [(end - begin) // 4], "data_offsets": [begin, end]}
+                         for name, (begin, end) in entries.items()}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+    return path
+
+
+FOUR = np.arange(4, dtype=np.float32).tobytes()
+OFFSET_CASES = {
+    "alias": ({"a": [0, 16], "b": [0, 16]}, FOUR, "the same bytes as 'a'"),
+    "overlap": ({"a": [0, 16], "b": [8, 24]}, FOUR + FOUR[:8], "overlap 'a'"),
+    "hole": ({"a": [0, 16], "b": [20, 36]}, FOUR + b"hole" + FOUR, "a hole of 4 bytes after 'a'"),
+    "leading_hole": ({"a": [4, 20]}, b"hole" + FOUR, "a hole of 4 bytes at the start"),
+    "trailing_bytes": ({"a": [0, 16]}, FOUR + b"tail", "4 bytes after the last tensor"),
+}
+
+
+@pytest.mark.parametrize("case", list(OFFSET_CASES))
+def test_offsets_the_safetensors_library_refuses_are_refused(tmp_path: Path, case: str, run_cli: object) -> None:
+    safetensors = pytest.importorskip("safetensors")
+    entries, data, needle = OFFSET_CASES[case]
+    path = _raw_safetensors(tmp_path / f"{case}.safetensors", entries, data)
+    with pytest.raises(Exception, match=r"invalid offset|not fully covered"), \
+            safetensors.safe_open(str(path), "np"):  # the library's own verdict
+        pass
+    with pytest.raises(ValueError, match=needle):
+        pl.read_checkpoint(path)
+    result = run_cli("audit", str(path), "--out", str(tmp_path / "out"))  # type: ignore[operator]
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and needle in result.stderr, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_offsets_in_any_order_that_tile_the_data_are_read(tmp_path: Path) -> None:
+    safetensors = pytest.importorskip("safetensors")
+    path = _raw_safetensors(tmp_path / "m.safetensors", {"b": [16, 32], "a": [0, 16], "empty": [16, 16]},
+                            FOUR + FOUR[::-1])
+    with safetensors.safe_open(str(path), "np") as f:  # the library accepts it
+        expected = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    ckpt = pl.read_checkpoint(path)
+    for name, values in expected.items():
+        assert same_bits(ckpt[name].dequantize(), values)

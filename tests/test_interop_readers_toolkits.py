@@ -168,7 +168,7 @@ def test_bnb_nf4_equals_bitsandbytes(tmp_path: Path, dtype: str, nested: bool, b
     expected = bnb_save(tmp_path / "m.safetensors", "model.layers.0.self_attn.q_proj.weight", w, blocksize, nested)
     t = pl.read_checkpoint(tmp_path / "m.safetensors")["model.layers.0.self_attn.q_proj.weight"]
     assert t.layout == "bnb:nf4" and t.shape == (96, 384)
-    assert t.scheme == (None if nested else f"nf4:g{blocksize}")
+    assert t.scheme == (None if nested else f"nf4:g{blocksize}:bnb")
     assert t.details["nested"] is nested
     assert same_bits(t.dequantize(), expected.float().numpy())
 

@@ -17,6 +17,11 @@ float32). Computing the same quantiles exactly and rounding once gives a table u
 ulps away from bitsandbytes' (its fp32 linspace moves the quantile points), so NF4 codes would
 decode to other values than bitsandbytes' kernels. The asymmetry (8 positive, 7 negative, one
 exact zero) spends all 16 codes while keeping zero exact.
+
+Encoding, two rules over the same table: `encode` (the scheme `nf4`) gives the nearest value to the
+exact ratio x / absmax, comparing against the exact midpoints; `encode_scaled_fp32` (the scheme
+option `bnb`, `nf4:g64:bnb`) repeats bitsandbytes' `quantize_4bit` arithmetic, float32 product with
+the float32 reciprocal against float32 midpoints, code for code.
 """
 
 from __future__ import annotations
@@ -96,6 +101,27 @@ class CodebookFormat(NoSpecialValues):
         """Code of the nearest value to each element of v (float32 or float64, compared exactly in
         float64); a tie goes to the smaller value."""
         return np.searchsorted(self.midpoints, np.asarray(v, dtype=np.float64), side="left").astype(np.uint8)
+
+    @cached_property
+    def midpoints32(self) -> np.ndarray:
+        """bitsandbytes' decision boundaries: (table[k] + table[k + 1]) / 2 in float32, the sum rounded to float32
+        (`_get_4bit_quantize_bounds` in bitsandbytes/backends/default/ops.py)."""
+        t = self.table
+        return np.asarray((t[1:] + t[:-1]) / np.float32(2), dtype=np.float32)
+
+    def encode_scaled_fp32(self, x: np.ndarray, absmax: np.ndarray) -> np.ndarray:
+        """bitsandbytes' quantize_4bit arithmetic (the `nf4:...:bnb` rule): x rounded to float32, multiplied by the
+        float32 reciprocal of its block's absmax (floored at float32(1e-38)), clamped to [-1, 1] and bucketed
+        against `midpoints32` (torch.bucketize: a value on a boundary takes the lower code).
+
+        The product rounds twice (the reciprocal, then the product) and the boundaries are float32 half-sums,
+        so codes can differ from `encode`'s (the exact ratio against exact midpoints) for inputs within a few
+        float32 ulps of a boundary."""
+        x32 = np.asarray(x, dtype=np.float32)
+        scale = np.maximum(np.asarray(absmax, dtype=np.float32), np.float32(1e-38))
+        with np.errstate(invalid="ignore", over="ignore"):
+            scaled = np.clip(x32 * (np.float32(1) / scale), np.float32(-1), np.float32(1))
+        return np.searchsorted(self.midpoints32, scaled, side="left").astype(np.uint8)
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         return self.table[codes]

@@ -24,8 +24,10 @@ A tensor is read, decoded and measured on its own (memory-mapped parts, statisti
 chunks), so memory is bounded by the largest tensor, never by the checkpoint.
 
 `plan_audit` opens the checkpoint and the results log; `run_audit` audits what is not done yet
-(serially, on a process pool or on a Dask cluster, see `interop.distribute`), appending each record
-to the log as it arrives; `totals` sums the records. The lab in `labs.audit` turns them into a report.
+(serially a task per tensor; on a process pool or a Dask cluster in tasks of similar cost,
+`plan_tasks`; see `interop.distribute`), appending each record to the log as it arrives, and on an
+interrupt the records of every finished task; `totals` sums the records. The lab in `labs.audit`
+turns them into a report.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.interop.distribute import map_tasks
+from precisionlab.interop.distribute import connect_scheduler, distribute_tasks
 from precisionlab.interop.results_log import ResultsLog
 from precisionlab.quant import error_metrics, parse_scheme, quantize
 from precisionlab.quant.scheme import Granularity
@@ -59,50 +61,33 @@ CHUNK = 1 << 20
 
 # --------------------------------------------------------------------------- opening a checkpoint
 def open_checkpoint(path: str | os.PathLike[str]) -> Any:
-    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily."""
+    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily. The path is made
+    absolute, so the tensors' parts can be mapped from other working directories (pool and Dask workers)."""
     from precisionlab.interop.checkpoint import read_checkpoint
 
-    return read_checkpoint(Path(path))
+    return read_checkpoint(Path(path).absolute())
 
 
-def checks_for(tensor: Any, checkpoint: Any) -> list[Any]:
-    """The convention checks of one tensor (`interop.checks.run_checks`)."""
+def checks_for(tensor: Any, checkpoint: Any, values: np.ndarray | None = None) -> list[Any]:
+    """The convention checks of one tensor (`interop.checks.run_checks`; values: its dequantized values)."""
     from precisionlab.interop.checks import run_checks
 
-    return list(run_checks(tensor, checkpoint))
+    return list(run_checks(tensor, checkpoint, values))
 
 
-_OPEN: dict[str, tuple[tuple[int, int], Any]] = {}
-"""One open checkpoint per process (path -> (stat key, checkpoint)), reused by every task of a worker."""
+@dataclass(frozen=True)
+class CheckpointContext:
+    """What the checks and the records need of a checkpoint besides its tensors (sent with every task, so a
+    worker never indexes the checkpoint again: the GGUF reader takes seconds on a vocabulary)."""
+
+    metadata: dict[str, Any]
+    notes: tuple[str, ...]
 
 
-def _stat_key(path: str) -> tuple[int, int]:
-    p = Path(path)
-    target = p / "model.safetensors.index.json" if p.is_dir() else p
-    st = target.stat() if target.exists() else p.stat()
-    return st.st_mtime_ns, st.st_size
-
-
-def cached_checkpoint(path: str) -> Any:
-    """The checkpoint at path, opened once per process (reopened if the file changed)."""
-    key = _stat_key(path)
-    hit = _OPEN.get(path)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    _OPEN.clear()  # one at a time: a worker never holds the maps of two checkpoints
-    checkpoint = open_checkpoint(path)
-    _OPEN[path] = (key, checkpoint)
-    return checkpoint
-
-
-def held_checkpoints() -> int:
-    """How many checkpoints this process holds open (0 or 1)."""
-    return len(_OPEN)
-
-
-def release_checkpoints() -> None:
-    """Drop the process's open checkpoint (its memory maps close with it)."""
-    _OPEN.clear()
+def context_of(checkpoint: Any) -> CheckpointContext:
+    metadata = getattr(checkpoint, "metadata", None) or {}
+    kept = {k: v for k, v in metadata.items() if k != "file_metadata"}
+    return CheckpointContext(kept, tuple(str(n) for n in getattr(checkpoint, "notes", [])))
 
 
 # --------------------------------------------------------------------------- statistics
@@ -197,51 +182,64 @@ def audit_tensor(tensor: Any, checkpoint: Any = None, schemes: Sequence[str] = (
         values = tensor.dequantize()
         record["stats"] = tensor_stats(values)
         record["requant"] = requant_errors(values, schemes)
+        record["checks"] = {r.name: _check_record(r) for r in checks_for(tensor, checkpoint, values)}
         del values
-        record["checks"] = {r.name: _check_record(r) for r in checks_for(tensor, checkpoint)}
     except Exception as exc:  # one tensor's failure is a per-tensor error; the audit goes on
         record["error"] = f"{type(exc).__name__}: {exc}"
     return record
 
 
-def audit_named(path: str, name: str, schemes: Sequence[str]) -> str:
-    """Task body (a worker process or a Dask worker): audit one tensor of the checkpoint at path.
-
-    Returns the record as one line of strict JSON, so every backend hands back identical data.
-    """
+def audit_record_line(tensor: Any, context: CheckpointContext, schemes: Sequence[str]) -> str:
+    """One tensor's record as a line of strict JSON (so every backend hands back identical data)."""
     try:
-        checkpoint = cached_checkpoint(path)
-        record = audit_tensor(checkpoint[name], checkpoint, schemes)
-    except Exception as exc:  # the worker could not open the checkpoint (not visible there, changed, ...)
-        record = {"kind": "tensor", "name": name, "error": f"{type(exc).__name__}: {exc}"}
+        record = audit_tensor(tensor, context, schemes)
+    except Exception as exc:  # a record must come back whatever went wrong
+        record = {"kind": "tensor", "name": str(tensor.name), "error": f"{type(exc).__name__}: {exc}"}
     return dumps_record(record)
 
 
-BATCH_BYTES = 64 << 20
-"""Stored bytes of the tensors one pool or Dask task audits: a task per tensor spent about a third of
-two workers' CPU time on hand-offs (measured: 4.48 CPU-s serial, 6.08 on two workers, 512 tensors)."""
+MIN_TASK_ELEMENTS = 4 << 20
+"""Weights a pool or Dask task audits at least (hand-offs cost milliseconds; 4M weights take a second or so)."""
+TASKS_PER_WORKER = 4
+"""Tasks per worker aimed at, so that a worker that finishes early takes another and none waits on a long one."""
 
 
-def audit_batch(path: str, names: Sequence[str], schemes: Sequence[str]) -> list[str]:
-    """Task body for a batch of tensors: audit_named on each, in order."""
-    return [audit_named(path, name, schemes) for name in names]
+def audit_batch(tensors: Sequence[Any], context: CheckpointContext, schemes: Sequence[str]) -> list[str]:
+    """Task body (this process, a pool worker or a Dask worker): the record line of each tensor, in order.
+    The tensors are the parent's index entries (a few hundred bytes each: where their parts lie), so the
+    worker maps their bytes without opening the checkpoint."""
+    return [audit_record_line(tensor, context, schemes) for tensor in tensors]
 
 
-def batches(names: Sequence[str], sizes: Mapping[str, int], limit: int = BATCH_BYTES) -> list[tuple[str, ...]]:
-    """Consecutive names grouped so that each group's stored bytes reach `limit` (the last may be smaller);
-    a tensor larger than `limit` is a group of its own."""
-    out: list[tuple[str, ...]] = []
+def plan_tasks(names: Sequence[str], elements: Mapping[str, int], workers: int,
+               min_elements: int | None = None) -> list[tuple[str, ...]]:
+    """Consecutive tensors grouped into tasks of similar cost (weights audited), largest first.
+
+    The target is total / (TASKS_PER_WORKER * workers) weights, at least `min_elements`
+    (MIN_TASK_ELEMENTS) and at most total / workers, so N workers get N or more tasks; a task is closed
+    before a tensor that would take it past the target, so a tensor larger than the target is a task of
+    its own. Sorting by size sends the largest out first, so the last
+    task to finish is a small one."""
+    floor = MIN_TASK_ELEMENTS if min_elements is None else min_elements
+    total = sum(max(1, int(elements[n])) for n in names)
+    target = min(max(floor, -(-total // (TASKS_PER_WORKER * workers))), max(1, total // max(workers, 1)))
+    tasks: list[tuple[str, ...]] = []
     group: list[str] = []
-    total = 0
+    size = 0
     for name in names:
+        weight = max(1, int(elements[name]))
+        if group and size + weight > target:  # closing first keeps a task from overshooting the target
+            tasks.append(tuple(group))
+            group, size = [], 0
         group.append(name)
-        total += sizes[name]
-        if total >= limit:
-            out.append(tuple(group))
-            group, total = [], 0
+        size += weight
+        if size >= target:
+            tasks.append(tuple(group))
+            group, size = [], 0
     if group:
-        out.append(tuple(group))
-    return out
+        tasks.append(tuple(group))
+    cost = {task: sum(max(1, int(elements[n])) for n in task) for task in tasks}
+    return sorted(tasks, key=lambda task: -cost[task])
 
 
 # --------------------------------------------------------------------------- records as JSON
@@ -317,11 +315,13 @@ def _identity_path(path: Path) -> str:
 
 
 def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
-               results_dir: str | os.PathLike[str] | None = None) -> AuditPlan:
-    """Open the checkpoint (a ValueError / OSError for a missing or unreadable one) and, with results_dir,
-    the results log: records already there for the same checkpoint and schemes are done."""
+               results_dir: str | os.PathLike[str] | None = None, checkpoint: Any = None) -> AuditPlan:
+    """Open the checkpoint (a ValueError / OSError for a missing or unreadable one; or take the one given,
+    opened from path) and, with results_dir, the results log: records already there for the same
+    checkpoint and schemes are done."""
     chosen = normalise_schemes(schemes)
-    checkpoint = open_checkpoint(path)
+    if checkpoint is None:
+        checkpoint = open_checkpoint(path)
     names = [str(n) for n in checkpoint]
     files = {n: Path(str(checkpoint[n].source_file)).name for n in names}
     plan = AuditPlan(Path(path), checkpoint, names, files, chosen)
@@ -336,31 +336,50 @@ def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
 
 
 def run_audit(plan: AuditPlan, workers: int = 1, scheduler: str | None = None,
-              on_record: Callable[[dict[str, Any]], None] | None = None) -> AuditRun:
+              on_record: Callable[[dict[str, Any]], None] | None = None, client: Any = None) -> AuditRun:
     """Audit every tensor not yet done; each record is appended to the log (if any) as it arrives,
-    then passed to on_record. workers > 1: a process pool; scheduler: a Dask cluster's address."""
-    path = str(plan.path.resolve())
-    if workers == 1 and scheduler is None:  # serial: the plan's open checkpoint serves the tasks
-        _OPEN.clear()
-        _OPEN[path] = (_stat_key(path), plan.checkpoint)
+    then passed to on_record. workers > 1: a process pool; scheduler (an address) or client (connected
+    with `distribute.connect_scheduler`, left open): a Dask cluster. On an interrupt (KeyboardInterrupt)
+    the records of every task that had finished are logged before it propagates."""
+    serial = workers == 1 and scheduler is None and client is None
     fresh: dict[str, dict[str, Any]] = {}
-    sizes = {name: int(plan.checkpoint[name].stored_nbytes) for name in plan.todo}
-    limit = 0 if workers == 1 and scheduler is None else BATCH_BYTES  # serially, a record per tensor as it ends
-    tasks = [(path, group, tuple(plan.schemes)) for group in batches(plan.todo, sizes, limit)]
+    owned = None
+    if scheduler is not None and client is None:
+        client = owned = connect_scheduler(scheduler)
+    elements = {name: int(plan.checkpoint[name].size) for name in plan.todo}
+    groups: list[tuple[str, ...]]
+    if serial:
+        groups = [(name,) for name in plan.todo]
+    else:
+        slots = workers if client is None else sum(client.nthreads().values())
+        groups = plan_tasks(plan.todo, elements, max(slots, 2))
+    context = context_of(plan.checkpoint)
+    tasks = [(tuple(plan.checkpoint[name] for name in group), context, tuple(plan.schemes)) for group in groups]
+
+    def take(lines: list[str], notify: bool = True) -> None:
+        records = [json.loads(line) for line in lines]
+        for line, record in zip(lines, records, strict=True):  # every record logged before any callback
+            if plan.log is not None:
+                plan.log.append(line)
+            fresh[record["name"]] = record
+        if on_record is not None and notify:
+            for record in records:
+                on_record(record)
+
     try:
-        for lines in map_tasks(audit_batch, tasks, workers=workers, scheduler=scheduler,
-                               cleanup=release_checkpoints):
-            for line in lines:
-                record = json.loads(line)
-                if plan.log is not None:
-                    plan.log.append(line)
-                fresh[record["name"]] = record
-                if on_record is not None:
-                    on_record(record)
+        with distribute_tasks(audit_batch, tasks, workers=workers, client=client) as stream:
+            try:
+                for lines in stream:
+                    take(lines)
+            except KeyboardInterrupt:
+                for lines in stream.finished():  # finished tasks whose records had not been taken yet
+                    take(lines, notify=False)
+                raise
     finally:
-        release_checkpoints()
         if plan.log is not None:
             plan.log.close()
+        if owned is not None:
+            owned.close()
     by_name = {**plan.done, **fresh}
     records = [_complete(by_name[n], plan.files[n]) for n in plan.names]
     file_bytes = sum(Path(f).stat().st_size for f in getattr(plan.checkpoint, "source_files", []))
@@ -405,6 +424,7 @@ def totals(run: AuditRun) -> dict[str, Any]:
         "bits_per_weight": 8 * stored / elements if elements else None,
         "file_bytes": run.file_bytes, "source_files": len(run.source_files),
         "notes": sum(1 for r in records if r.get("note")), "errors": sum(1 for r in records if r.get("error")),
+        "reading_notes": len(run.notes),
     }
     flags: dict[str, int] = {}
     for r in records:

@@ -18,6 +18,7 @@ raise a one-line OSError / ValueError naming the file.
 
 from __future__ import annotations
 
+import errno
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -160,7 +161,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"{p}: no such file or directory")
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(p))
     from precisionlab.interop.readers import gguf_file, safetensors_files
 
     if p.is_dir():

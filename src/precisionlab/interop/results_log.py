@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import IO, Any
 
 
+class ResultsLogError(OSError):
+    """Writing the results log failed (the message names the log and the reason)."""
+
+
 class ResultsLog:
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = Path(path)
@@ -60,11 +64,15 @@ class ResultsLog:
         return parsed[1:]
 
     def append(self, line: str) -> None:
-        """Append one record (a JSON object on one line, no newline) and fsync it."""
+        """Append one record (a JSON object on one line, no newline) and fsync it; a failure is a
+        ResultsLogError naming the log."""
         if self._handle is None:
             raise ValueError(f"{self.path} is not open for appending")
-        self._handle.write(line.encode("utf-8") + b"\n")
-        _sync(self._handle)
+        try:
+            self._handle.write(line.encode("utf-8") + b"\n")
+            _sync(self._handle)
+        except OSError as exc:
+            raise ResultsLogError(exc.errno, f"cannot append to {self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
         if self._handle is not None:

@@ -1,7 +1,8 @@
 """`audit`: a checkpoint's per-tensor records (`interop.audit`) as a report.
 
 Not a registered lab (it needs a checkpoint). Sections: totals, layouts, tensors, flagged checks,
-re-quantization errors (with --schemes) and the checkpoint's notes; a figure of bits per weight
+re-quantization errors (with --schemes) and the checkpoint's notes, tensors in natural order of their
+names (blk.2 before blk.10); a figure of bits per weight
 against relative error, one series per scheme. Findings `audit.tensors.<name>.*` and
 `audit.totals.*` (documented in docs/audit.md). Everything here is a function of the records
 alone, so a serial, a process-pool and a Dask audit of one checkpoint give the same report.
@@ -10,10 +11,20 @@ alone, so a serial, a process-pool and a Dask audit of one checkpoint give the s
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from precisionlab.interop.audit import AuditRun, number, totals
 from precisionlab.results import Figure, LabResult, Scalar, Series, Table
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort key that orders the numbers inside a name by value: blk.2 before blk.10 (text order puts blk.10 first)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def natural_order(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(records, key=lambda r: natural_key(str(r["name"])))
 
 
 def _num(value: Any) -> float | None:
@@ -106,7 +117,7 @@ def _layouts_table(records: list[dict[str, Any]], total: dict[str, Any]) -> Tabl
 
 def _tensors_table(records: list[dict[str, Any]]) -> Table:
     rows: list[list[Scalar]] = []
-    for r in records:
+    for r in natural_order(records):
         stats = r.get("stats") or {}
         flagged = [c for c, result in (r.get("checks") or {}).items() if result["flagged"]]
         shape = r.get("shape")
@@ -124,7 +135,7 @@ def _tensors_table(records: list[dict[str, Any]]) -> Table:
 
 def _flags_table(records: list[dict[str, Any]]) -> Table:
     rows: list[list[Scalar]] = []
-    for r in records:
+    for r in natural_order(records):
         for check, result in (r.get("checks") or {}).items():
             if result["flagged"]:
                 rows.append([r["name"], check, result["message"], _evidence(result.get("evidence") or {})])
@@ -134,7 +145,7 @@ def _flags_table(records: list[dict[str, Any]]) -> Table:
 
 def _requant_table(records: list[dict[str, Any]], schemes: list[str], total: dict[str, Any]) -> Table:
     rows: list[list[Scalar]] = []
-    for r in records:
+    for r in natural_order(records):
         for scheme in schemes:
             m = (r.get("requant") or {}).get(scheme)
             if not m:

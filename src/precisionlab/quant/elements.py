@@ -6,6 +6,7 @@
     unsigned, float min  q = clip(rint((x - m) / s), 0, 2^b - 1)  (min=: one rounding of the exact (x - m) / s)
     float (fp8/fp6/fp4)  q = round-to-nearest-even of v in the element format, saturating at ±max
     codebook (nf4)       q = index of the nearest codebook value (ties to the smaller value)
+                         nf4:...:bnb: bitsandbytes' float32 arithmetic instead (CodebookFormat.encode_scaled_fp32)
 
 Codes are the element format's own bit patterns (`precisionlab.encode` conventions):
 integers in two's complement in the low b bits, floats as sign|exponent|mantissa, nf4 as
@@ -50,6 +51,8 @@ class Codec:
     """Value of one integer step (MXINT8: 2^-6, its 1.6 fixed point); 1 elsewhere."""
     int_range: str = "narrow"
     """Symmetric integer convention (`quant.scheme.INT_RANGES`): narrow, full or full_neg."""
+    codebook_rule: str = "exact"
+    """Codebook code choice (`quant.scheme.CODEBOOK_RULES`): exact, or bnb (bitsandbytes' float32 arithmetic)."""
 
     @property
     def name(self) -> str:
@@ -111,6 +114,8 @@ class Codec:
             return _int_codes(q, fmt)
         if zero_point is not None:
             raise ValueError(f"a zero point applies to integer elements, not {fmt.name}")
+        if isinstance(fmt, CodebookFormat) and self.codebook_rule == "bnb":
+            return fmt.encode_scaled_fp32(x, d)
         if x.dtype == np.float32 and isinstance(fmt, FloatFormat) and fmt.bits <= 8:
             return _float_codes(x, d, fmt)
         return self.encode_symmetric(np.divide(x, d.astype(np.float64), dtype=np.float64))  # exact enough
@@ -340,4 +345,6 @@ def make_codec(scheme: Scheme) -> Codec:
         return Codec(base.fmt, unit=MXINT8_UNIT)
     if scheme.int_range != "narrow":
         return Codec(base.fmt, int_range=scheme.int_range)
+    if scheme.codebook_rule != "exact":
+        return Codec(base.fmt, codebook_rule=scheme.codebook_rule)
     return base

@@ -29,6 +29,9 @@ Grammar (colon-separated)::
                                          (int4 amax/8: GGML Q4_0; a positive maximum clips to 7/8 amax)
                  scaleround=nearest|up       round each scale to nearest (default) or up into its
                                              format (fp32/fp16/bf16/e4m3): up never clips a block's max
+                 bnb             nf4 codes chosen with bitsandbytes' quantize_4bit arithmetic (float32
+                                 x * fp32(1 / absmax) against float32 midpoints), code for code; plain nf4
+                                 takes the exact ratio against the exact midpoints
                  min=fp16|bf16|fp32          a FLOAT block offset (unsigned elements only), stored in that
                                              format beside the scale, instead of an integer zero point:
                                                  x_hat = fp32(fp32(q * s) + m),  q = 0 .. 2^b - 1
@@ -128,6 +131,9 @@ class Scheme:
     """Integer format of a two-level scheme's block-scale codes (Q4_K uint6, Q6_K int8)."""
     sub_min: str | None = None
     """Integer format of a two-level scheme's block-min codes (Q4_K uint6)."""
+    codebook_rule: str = "exact"
+    """How codebook (nf4) codes are chosen: "exact" (the exact ratio against exact midpoints) or "bnb"
+    (bitsandbytes' float32 arithmetic, `formats.codebook.CodebookFormat.encode_scaled_fp32`)."""
 
     def __post_init__(self) -> None:
         problem = _problem(self)
@@ -226,7 +232,15 @@ def _problem(s: Scheme) -> str:
     if s.int_range != "narrow" and (s.element not in SIGNED_INT_ELEMENTS or not s.symmetric or s.is_mx):
         return f"range={s.int_range} applies to symmetric signed integer elements ({', '.join(SIGNED_INT_ELEMENTS)})" \
             f", not {s}"
+    if s.codebook_rule not in CODEBOOK_RULES:
+        return f"codebook rule must be one of {', '.join(CODEBOOK_RULES)}, got {s.codebook_rule!r}"
+    if s.codebook_rule != "exact" and s.element not in CODEBOOK_ELEMENTS:
+        return f"the {s.codebook_rule} option chooses codebook codes (nf4); it does not apply to {s.element}"
     return _min_problem(s) or _two_level_problem(s)
+
+
+CODEBOOK_RULES = ("exact", "bnb")
+"""nf4 code choice: exact (nearest value to the exact ratio) or bnb (bitsandbytes' quantize_4bit, bit for bit)."""
 
 
 def is_unsigned(element: str) -> bool:
@@ -408,7 +422,7 @@ def _positive(text: str, token: str, spec: str) -> int:
 
 
 _OPTION_NAMES = ("sym", "asym", "scale=", "outliers=", "axis=", "floor", "rceil", "minscale=", "nonfinite=",
-                 "range=", "scaleround=", "min=")
+                 "range=", "scaleround=", "min=", "bnb")
 
 
 def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) -> Scheme:
@@ -434,6 +448,8 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
             changes["symmetric"] = key == "sym"
         elif key in ("floor", "rceil") and not eq:
             changes["mx"] = MXRule(key)
+        elif key == "bnb" and not eq:
+            changes["codebook_rule"] = "bnb"
         elif key == "scale" and eq:
             if value not in SCALE_FORMATS:
                 raise ValueError(f"scale format {value!r} in scheme {spec!r}; choose one of {', '.join(SCALE_FORMATS)}")
@@ -474,7 +490,7 @@ def _apply_options(base: Scheme, options: list[str], spec: str, preset: bool) ->
 
 
 def _option_field(key: str) -> str:
-    return {"floor": "mx", "rceil": "mx", "min": "min_format"}.get(key, key)
+    return {"floor": "mx", "rceil": "mx", "min": "min_format", "bnb": "codebook_rule"}.get(key, key)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -509,6 +525,8 @@ def format_scheme(s: Scheme) -> str:
         parts.append(f"range={s.int_range}")
     if s.scale_round != base.scale_round:
         parts.append(f"scaleround={s.scale_round}")
+    if s.codebook_rule != base.codebook_rule:
+        parts.append(s.codebook_rule)
     return ":".join(parts)
 
 

@@ -16,6 +16,11 @@ Dequantization (backends/default/ops.py `_dequantize_4bit_compute`, the CPU kern
 absmax = nested_quant_map[code] * nested_absmax[i // 256] + nested_offset when nested (float32),
 then w = NF4[code] * absmax[i // blocksize] in float32, cast to the stored dtype.
 
+Scheme: `nf4:g<blocksize>:bnb` (bitsandbytes' own arithmetic for choosing codes, so quantizing the
+weights again with the tensor's scheme writes the file's codes); None with nested absmax (the grammar
+has no 8-bit dynamic scale format) or when the rows are not whole blocks (blocks then run across rows,
+which the grammar's groups do not).
+
 NF4 table: bitsandbytes' own float32 constants (`get_4bit_type("nf4")`), which it keeps
 hard-coded; they differ from a float32 rounding of the exact normal quantiles (precisionlab's
 `nf4` codebook) in the last bit of nine entries, so the reader uses the toolkit's values (the
@@ -85,7 +90,9 @@ def build_bnb(name: str, refs: dict[str, PartRef], state_role: str, notes: list[
         if stored.shape != BNB_NF4.shape or not np.array_equal(stored.view(np.uint32), BNB_NF4.view(np.uint32)):
             notes.append(f"{name}: its stored quant_map differs from bitsandbytes' NF4 table; bitsandbytes decodes "
                          "with its own table, and so does this reader")
-    scheme = None if nested else f"nf4:g{blocksize}"
+    # blocks run over the flattened weight: they are the grammar's groups (along rows) when rows are whole blocks
+    rows_are_blocks = shape[-1] % blocksize == 0
+    scheme = None if nested or not rows_are_blocks else f"nf4:g{blocksize}:bnb"
     return CheckpointTensor(name, "bnb:nf4", scheme, tuple(shape), weight.file, refs, "bnb", details)
 
 

@@ -3,7 +3,8 @@ channel or in 2-D blocks (DeepSeek-V3's 128 x 128).
 
 Conventions and their sources:
 
-  - the scale multiplies: w = value(code) * scale. DeepSeek-V3 names it `weight_scale_inv` and
+  - the scale multiplies: w = value(code) * scale (per tensor, per row (out, 1), per column (1, in),
+    or per 2-D block). DeepSeek-V3 names it `weight_scale_inv` and
     still multiplies (inference/kernel.py, weight_dequant: y = x * s per 128 x 128 block); HF's
     FP8 checkpoints (quant_method "fp8", weight_block_size [128, 128]) keep that name; per-tensor and
     per-channel checkpoints (compressed-tensors float-quantized, fbgemm) call it `weight_scale`.
@@ -41,6 +42,8 @@ def _granularity(shape: tuple[int, ...], scale_shape: tuple[int, ...], block: li
     rows, cols = shape
     if scale_shape in ((rows, 1), (rows,)):
         return "row", (1, cols)
+    if scale_shape == (1, cols) or (scale_shape == (cols, 1) and rows != cols):
+        return "col", (rows, 1)  # (cols, 1): the per-row scales of the transposed weight (noted by build_fp8)
     if len(scale_shape) == 2:
         sizes = [block] if block else [[128, 128]]
         inferred = [-(-rows // scale_shape[0]), -(-cols // scale_shape[1])]
@@ -76,6 +79,10 @@ def build_fp8(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: l
         notes.append(f"{name}: {why}")
         return CheckpointTensor(name, UNKNOWN, None, w.shape, w.file, refs, "", details, why)
     text, block = gran
+    if text == "col" and s.shape == (w.shape[1], 1):
+        notes.append(f"{name}: {scale_role} {list(s.shape)} holds one scale per column of the {list(w.shape)} weight, "
+                     "shaped as the per-row scales of its transpose: read as per-column scales")
+        details["scale_fits_transpose"] = True
     details.update(block=list(block), granularity=text or "tensor", scale_dtype=FLOAT_DTYPES[s.stored_dtype],
                    out_dtype=out_dtype or "float32")
     scheme = str(parse_scheme(element + (f":{text}" if text else "") + SCALE_OPTIONS.get(s.stored_dtype, "")))
@@ -100,6 +107,8 @@ def scale_grid(t: CheckpointTensor) -> np.ndarray | None:
     rows, cols = t.shape
     if gran == "row":
         return np.broadcast_to(s.reshape(rows, 1), t.shape)
+    if gran == "col":
+        return np.broadcast_to(s.reshape(1, cols), t.shape)
     br, bc = t.details["block"]
     return np.repeat(np.repeat(s, br, axis=0), bc, axis=1)[:rows, :cols]
 

@@ -108,6 +108,19 @@ def gptq_version(cfg: dict[str, Any]) -> tuple[str, str]:
     return "v1", "no checkpoint_format / format in the config: AutoGPTQ's default, gptq (v1)"
 
 
+def gptq_symmetry(cfg: dict[str, Any], qzeros: PartRef, bits: int, out: int) -> tuple[bool, str]:
+    """(symmetric, how it was decided): the config's "sym" when it has one; otherwise from the zero points,
+    as AutoGPTQ writes them: a symmetric file holds one zero point (2^(b-1), or 2^(b-1) - 1 stored by v1),
+    an asymmetric one as many as its groups need."""
+    value = cfg.get("sym")
+    if isinstance(value, bool):
+        return value, "config"
+    distinct = np.unique(unpack_words(np.asarray(qzeros.load()), bits, axis=1)[:, :out]).size
+    if distinct == 1:
+        return True, "no 'sym' in the config: read as symmetric (every zero point is the same)"
+    return False, f"no 'sym' in the config: read as asymmetric (the zero points take {distinct} distinct values)"
+
+
 def build_gptq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: list[str]) -> CheckpointTensor:
     """A GPTQ Linear (qweight, qzeros, scales, optional g_idx) as one tensor of shape (out, in)."""
     need = {"qweight", "qzeros", "scales"} - set(refs)
@@ -139,14 +152,16 @@ def build_gptq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: 
     if "g_idx" in refs and (refs["g_idx"].shape != (inputs,) or refs["g_idx"].stored_dtype not in ("I32", "I64")):
         return _unknown(name, refs, f"GPTQ g_idx {list(refs['g_idx'].shape)} does not index {inputs} inputs", notes)
     version, why = gptq_version(cfg)
-    sym = cfg.get("sym", True) is not False
+    sym, sym_source = gptq_symmetry(cfg, qz, bits, out)
+    if sym_source != "config":
+        notes.append(f"{name}: {sym_source}")
     desc_act = False
     if "g_idx" in refs:  # act order: the groups follow g_idx, not runs of the input dimension
         g_idx = np.asarray(refs["g_idx"].load(), dtype=np.int64)
         desc_act = not np.array_equal(g_idx, np.arange(inputs) // group)
     details = {"bits": bits, "group_size": group, "in_features": inputs, "out_features": out, "version": version,
-               "version_source": why, "sym": sym, "desc_act": desc_act, "scale_dtype": FLOAT_DTYPES[sc.stored_dtype],
-               "int_range": "full" if sym else None}
+               "version_source": why, "sym": sym, "sym_source": sym_source, "desc_act": desc_act,
+               "scale_dtype": FLOAT_DTYPES[sc.stored_dtype], "int_range": "full" if sym else None}
     gran = "row" if n_groups == 1 else f"g{group}"
     asym = f"uint{bits}:{gran}" if bits in (4, 8) else f"int{bits}:{gran}:asym"  # no uint2 element: same grid
     scheme = (f"int{bits}:{gran}:range=full" if sym else asym) + _scale_option(sc.stored_dtype)

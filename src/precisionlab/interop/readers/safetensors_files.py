@@ -10,8 +10,9 @@ shard under "weight_map".
 
 Indexing is tolerant where a file is readable: a tensor of a dtype this reader does not know is
 kept with layout "unknown" and a note. A file that is not safetensors, is truncated (its header
-describes more data than it holds), or an index naming a shard that does not exist, is a one-line
-ValueError naming the file.
+describes more data than it holds), whose tensors overlap, share bytes, leave holes or leave bytes
+after the last one (each refused by the safetensors library as well), or an index naming a shard
+that does not exist, is a one-line ValueError naming the file.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def index_file(path: Path) -> tuple[dict[str, PartRef], dict[str, str], list[str
         metadata = {}
     refs: dict[str, PartRef] = {}
     notes: list[str] = []
-    end_of_data = start
+    spans: list[tuple[int, int, str]] = []
     for name, info in header.items():
         if (not isinstance(info, dict) or not isinstance(info.get("shape"), list)
                 or not all(isinstance(d, int) and d >= 0 for d in info["shape"])
@@ -86,7 +87,7 @@ def index_file(path: Path) -> tuple[dict[str, PartRef], dict[str, str], list[str
         begin, end = info["data_offsets"]
         if end < begin:
             raise ValueError(f"{path}: corrupt safetensors entry {name!r} (offsets {begin} > {end})")
-        end_of_data = max(end_of_data, start + end)
+        spans.append((begin, end, name))
         shape = tuple(info["shape"])
         dtype = info["dtype"]
         raw, itemsize = DTYPES.get(dtype, ("u1", 0))
@@ -97,14 +98,44 @@ def index_file(path: Path) -> tuple[dict[str, PartRef], dict[str, str], list[str
             notes.append(f"{name}: dtype {dtype} is not one this reader knows; kept as raw bytes")
             shape = (end - begin,)
         refs[name] = PartRef(str(path), start + begin, end - begin, raw, shape, dtype)
+    end_of_data = start + check_coverage(path, spans)
     if end_of_data > size:
         raise ValueError(f"{path}: truncated: its header describes {end_of_data} bytes, the file holds {size}")
+    if end_of_data < size:
+        raise ValueError(f"{path}: {size - end_of_data} bytes after the last tensor's data, which the header does not "
+                         "describe (the safetensors library refuses a file its tensors do not cover exactly)")
     return refs, {str(k): str(v) for k, v in metadata.items()}, notes
+
+
+def check_coverage(path: Path, spans: list[tuple[int, int, str]]) -> int:
+    """The end of the data section: the tensors' byte ranges, sorted by (begin, end), must tile it from 0
+    with no gap and no overlap, as the safetensors library requires (`Metadata::validate`: each range
+    begins where the previous one ended, else "invalid offset for tensor"). Two tensors on the same
+    bytes, overlapping ranges and holes between ranges are each a ValueError naming the tensor."""
+    position = 0
+    previous = ""
+    for begin, end, name in sorted(spans):
+        if begin < position:
+            what = "the same bytes as" if (begin, end) == _span_of(spans, previous) else "bytes that overlap"
+            raise ValueError(f"{path}: invalid offsets for tensor {name!r}: [{begin}, {end}) holds {what} {previous!r} "
+                             f"(which ends at {position}); the safetensors library refuses such a file")
+        if begin > position:
+            after = f"after {previous!r}" if previous else "at the start of the data"
+            raise ValueError(f"{path}: invalid offsets for tensor {name!r}: a hole of {begin - position} bytes {after} "
+                             f"(it begins at {begin}, the data before ends at {position}); the safetensors library "
+                             "refuses such a file")
+        position, previous = end, name
+    return position
+
+
+def _span_of(spans: list[tuple[int, int, str]], name: str) -> tuple[int, int]:
+    return next((b, e) for b, e, n in spans if n == name)
 
 
 def load_configs(directory: Path, notes: list[str]) -> dict[str, Any]:
     """The quantization settings beside the checkpoint: config.json's quantization_config, or
-    quantize_config.json (GPTQ) / quant_config.json (AutoAWQ); {} when there is none."""
+    quantize_config.json (GPTQ) / quant_config.json (AutoAWQ), and the model's dimensions from config.json
+    (`model_config`); {} when there is none."""
     found: dict[str, Any] = {}
     for name in CONFIG_NAMES:
         cfg_path = directory / name
@@ -123,10 +154,26 @@ def load_configs(directory: Path, notes: list[str]) -> dict[str, Any]:
             if isinstance(qc, dict):
                 found.setdefault("quantization_config", qc)
                 found["quantization_config_source"] = str(cfg_path)
+            model = model_config(data)
+            if model:
+                found["model_config"] = model
         else:
             found.setdefault("quantization_config", data)
             found.setdefault("quantization_config_source", str(cfg_path))
     return found
+
+
+MODEL_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "vocab_size", "num_hidden_layers")
+"""The model's dimensions kept from config.json (the convention checks compare tensor shapes with them)."""
+
+
+def model_config(data: dict[str, Any]) -> dict[str, Any]:
+    """MODEL_KEYS of an HF config.json (a multimodal config's text_config when it has one)."""
+    nested = data.get("text_config")
+    source: dict[str, Any] = nested if isinstance(nested, dict) else data
+    return {k: source[k] for k in MODEL_KEYS if k in source and isinstance(source[k], (int, str))
+            and not isinstance(source[k], bool)}
 
 
 def read_files(path: Path, files: list[Path], index_map: dict[str, str] | None = None) -> Checkpoint:
