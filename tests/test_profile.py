@@ -176,3 +176,11 @@ def test_the_bar_on_the_4096_layer() -> None:
                                         variants=("fp32", "dequant_int4", "fused_int4"), repeats=5)
     by = {r.variant: r.ms for r in rows}
     assert by["fused_int4"] < by["fp32"] < by["dequant_int4"]
+
+
+def test_machine_bandwidths_are_positive_and_named() -> None:
+    gbps, kernel = profiling.copy_bandwidth(repeats=2, n=1 << 16)
+    assert gbps > 0 and "fastest of 2" in kernel
+    assert profiling.read_bandwidth(repeats=2, n=1 << 16) > 0
+    cache = lab.last_level_cache_mb()
+    assert cache is None or cache > 0

@@ -185,15 +185,21 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
         return sum(sum(getattr(p, attr)) for p in profiles)
 
     step, linear, block = (total(reference, a) for a in ("step_us", "linear_us", "block_us"))
-    step_k, block_k = total(fused, "step_us"), total(fused, "block_us")
+    step_k, linear_k, block_k = (total(fused, a) for a in ("step_us", "linear_us", "block_us"))
     share = block / step
     gemm_speedup = block / block_k if block_k > 0 else math.nan
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b > 0 else math.nan
+
     return {"linear_share": linear / step, "block_linear_share": share,
             "step_ms": statistics.median([u for p in reference for u in p.step_us]) / 1e3,
             "int4_step_ms": statistics.median([u for p in fused for u in p.step_us]) / 1e3,
             "int4_linear_speedup": gemm_speedup, "int4_step_speedup": step / step_k,
-            "int4_amdahl_speedup": 1.0 / ((1.0 - share) + share / gemm_speedup), "swapped_layers": len(swap.swapped),
-            "steps": steps * rounds}
+            "int4_amdahl_speedup": 1.0 / ((1.0 - share) + share / gemm_speedup),
+            "int4_other_linear_speedup": ratio(linear - block, linear_k - block_k),
+            "int4_rest_speedup": ratio(step - linear, step_k - linear_k),
+            "swapped_layers": len(swap.swapped), "steps": steps * rounds}
 
 
 # --------------------------------------------------------------------------- the result
@@ -365,6 +371,10 @@ def decode_part(decode: dict[str, float], model: str) -> Part:
               "int4_step_speedup": "the whole step's speedup, measured",
               "int4_amdahl_speedup": "the step's speedup Amdahl predicts: 1 / ((1 - s) + s / k), s the block share, "
                                      "k the linears' speedup",
+              "int4_other_linear_speedup": "the linears left in float (the output head): their time, reference / "
+                                           "kernel path (Amdahl assumes 1)",
+              "int4_rest_speedup": "everything that is not a linear (attention, norms, ...): reference / kernel "
+                                   "path (Amdahl assumes 1)",
               "swapped_layers": "layers on the kernel", "steps": "decode steps profiled per variant"}
     table = Table(key="decode", title=f"Amdahl on {model}: where a decode step's time goes",
                   columns=["finding", "value", "what"],
@@ -381,10 +391,19 @@ def machine_part(machine: Any, loads: tuple[tuple[float, ...], tuple[float, ...]
     findings: dict[str, Scalar] = {"profile.machine.copy_gbps": machine.copy_gbps, "profile.threads": machine.threads,
                                    "profile.machine.load_average_start": start[0],
                                    "profile.machine.load_average_end": end[0]}
-    rows: list[list[Scalar]] = [["copy bandwidth (GB/s)", machine.copy_gbps, machine.copy_kernel]]
+    findings["profile.machine.read_gbps"] = machine.read_gbps
+    rows: list[list[Scalar]] = [["copy bandwidth (GB/s)", machine.copy_gbps, f"{machine.copy_kernel}; 2 x 64 MB "
+                                                                              "counted (read and write)"],
+                                ["read bandwidth (GB/s)", machine.read_gbps, "torch.sum over 64 MB, fastest of "
+                                                                             "15: a read-only stream, as a GEMV's"]]
     for precision, rate in machine.matmul_gflops.items():
         findings[f"profile.machine.{precision}_matmul_gflops"] = rate
         rows.append([f"torch {precision} matmul ceiling (GFLOP/s)", rate, machine.matmul_shapes[precision]])
+    cache = last_level_cache_mb()
+    if cache is not None:
+        findings["profile.machine.last_level_cache_mb"] = cache
+        rows.append(["last-level cache (MB)", cache, "a weight smaller than this can stream from cache faster than "
+                                                     "the copy bandwidth, which moves 128 MB"])
     rows += [["torch threads", machine.threads, "pinned for every timing"],
              ["load average at the start (1, 5, 15 min)", start[0], ", ".join(f"{v:.2f}" for v in start)],
              ["load average at the end", end[0], ", ".join(f"{v:.2f}" for v in end)]]
@@ -392,6 +411,19 @@ def machine_part(machine: Any, loads: tuple[tuple[float, ...], tuple[float, ...]
                   rows=rows, note="Timings on a shared machine vary; the ratios within one run are what to compare.",
                   formats={"value": ".4g"})
     return Part([table], findings=findings)
+
+
+def last_level_cache_mb() -> float | None:
+    """The largest CPU cache (Linux sysfs), in MB; None where it cannot be read."""
+    from pathlib import Path
+
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip() if path.is_file() else ""
+        units = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
+        if text[:-1].isdigit() and text[-1] in units:
+            sizes.append(int(text[:-1]) * units[text[-1]])
+    return max(sizes) if sizes else None
 
 
 def bytes_figure(rows: Sequence[Any], machine: Any, m: int) -> Figure:

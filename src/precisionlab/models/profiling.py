@@ -448,28 +448,70 @@ def decode_profile(model: Any, prompt: Any, steps: int, block_names: Sequence[st
 # --------------------------------------------------------------------------- this machine's ceilings
 @dataclass
 class Machine:
-    """This CPU's measured ceilings under `threads` torch threads: the copy bandwidth (gemm.timing's fastest
-    streaming kernel) and the best torch matmul rate per precision (fp32, bf16)."""
+    """This CPU's measured ceilings under `threads` torch threads: the copy bandwidth and the best torch matmul
+    rate per precision (fp32, bf16)."""
 
     copy_gbps: float
     copy_kernel: str
     matmul_gflops: dict[str, float]
     matmul_shapes: dict[str, str]
     threads: int
+    read_gbps: float = math.nan
+    """A read-only stream (torch.sum over the copy's source): what a GEMV's weight read can approach."""
 
     def ceiling(self, precision: str) -> float:
         return self.matmul_gflops.get(precision, math.nan)
 
 
+COPY_ELEMENTS = 1 << 24
+"""float32 elements of the copy-bandwidth test: 64 MB each way, the 4096 x 4096 fp32 weight's size."""
+COPY_REPEATS = 15
+
+
+def copy_bandwidth(repeats: int = COPY_REPEATS, n: int = COPY_ELEMENTS) -> tuple[float, str]:
+    """(GB/s, kernel): the fastest of `repeats` interleaved calls of torch's copy dst <- src and in-place scale
+    y <- 1.0 y over n float32 elements, 2 n 4 bytes each (the in-place scale has no write-allocate traffic the
+    count misses). The fastest, as the layers' times are: a shared machine only slows a call down."""
+    torch = peers.torch()
+    src = torch.rand(n)
+    dst = torch.empty(n)
+    kernels_ = {"torch copy_": lambda: dst.copy_(src), "torch in-place scale": lambda: dst.mul_(1.0)}
+    best = {name: math.inf for name in kernels_}
+    for fn in kernels_.values():
+        fn()
+    for _ in range(repeats):
+        for name, fn in kernels_.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    name = min(best, key=lambda k: best[k])
+    return 2.0 * n * 4 / best[name] / 1e9, f"{name}, fastest of {repeats}"
+
+
+def read_bandwidth(repeats: int = COPY_REPEATS, n: int = COPY_ELEMENTS) -> float:
+    """GB/s of the fastest of `repeats` torch.sum calls over n float32 elements (n 4 bytes read, nothing written)."""
+    torch = peers.torch()
+    src = torch.rand(n)
+    src.sum()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        src.sum()
+        best = min(best, time.perf_counter() - start)
+    return n * 4 / best / 1e9
+
+
 def measure_machine(threads: int = 1, budget_s: float = 0.3, size: int = 1024) -> Machine:
-    """Copy bandwidth and matmul ceilings, measured now with `threads` torch threads (restored after)."""
-    from precisionlab.gemm.timing import copy_bandwidth, matmul_timings
+    """Copy bandwidth and matmul ceilings (gemm.timing's torch matmuls), measured now with `threads` torch
+    threads (restored after)."""
+    from precisionlab.gemm.timing import matmul_timings
 
     torch = peers.torch()
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        copy = copy_bandwidth(budget_s=budget_s)
+        copy_gbps, copy_kernel = copy_bandwidth()
+        read_gbps = read_bandwidth()
         timings = [t for t in matmul_timings(size, size, size, budget_s) if t.library == "torch"]
     finally:
         torch.set_num_threads(before)
@@ -478,4 +520,4 @@ def measure_machine(threads: int = 1, budget_s: float = 0.3, size: int = 1024) -
     for t in timings:
         if t.precision in ("fp32", "bf16") and t.gflops > best.get(t.precision, 0.0):
             best[t.precision], shapes[t.precision] = t.gflops, t.shape
-    return Machine(copy.gbps, copy.name, best, shapes, threads)
+    return Machine(copy_gbps, copy_kernel, best, shapes, threads, read_gbps)
