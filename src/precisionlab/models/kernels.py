@@ -247,7 +247,8 @@ def kernel_matmul(packed: PackedWeight, x: Any) -> Any:
 
 
 @functools.cache
-def _kernel_linear_class() -> type:
+def kernel_linear_class() -> type:
+    """The KernelLinear module class (built on first use: torch is imported lazily)."""
     torch = peers.torch()
 
     class KernelLinear(torch.nn.Module):  # type: ignore[name-defined]
@@ -281,7 +282,7 @@ def kernel_linear(module: Any, scheme: str | Scheme, activation: str = ACTIVATIO
     quantized by precisionlab, or `quantized` (a QuantizedTensor of the scheme: a PTQ method's codes)."""
     packed = pack(module.weight.detach() if quantized is None else quantized, scheme, activation)
     bias = None if module.bias is None else module.bias.detach()
-    return _kernel_linear_class()(packed, bias)
+    return kernel_linear_class()(packed, bias)
 
 
 # --------------------------------------------------------------------------- swapping a model's linears

@@ -396,7 +396,7 @@ def decode_profile(model: Any, prompt: Any, steps: int, block_names: Sequence[st
     torch = peers.torch()
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    kernel_class: Any = kernels._kernel_linear_class()
+    kernel_class: Any = kernels.kernel_linear_class()
     blocks = set(block_names)
     handles, open_regions = [], []
     module: Any
