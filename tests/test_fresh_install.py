@@ -93,7 +93,8 @@ def test_parts_that_need_a_peer_are_reported_as_skipped(core_run: CoreRun) -> No
     labs = {lab["lab"]: lab for lab in json.loads((out / "results.json").read_text())["labs"]}
     skipped = {(name, s["key"]): s for name, lab in labs.items() for s in lab["skipped"]}
     assert set(skipped) == {("limits", "vendor_crosscheck.ml_dtypes"), ("limits", "vendor_crosscheck.torch"),
-                            ("gemm", "torch_matmul"), ("axpy", "torch_axpy"), ("eval", "eval")}
+                            ("gemm", "torch_matmul"), ("axpy", "torch_axpy"), ("eval", "eval"),
+                            ("profile", "profile")}
     for (name, key), record in skipped.items():
         if name == "eval":  # the real-model lab needs torch, transformers and safetensors at once
             assert record["reason"].startswith("torch") and record["reason"].endswith("not installed")

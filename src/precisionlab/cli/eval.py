@@ -94,10 +94,13 @@ def _escape(text: str) -> str:
                    "model's converted copy is still used).")
 @click.option("--threads", type=int, default=None,
               help="torch threads (default: torch's own choice; 1 is often faster on a busy machine).")
+@click.option("--speed", is_flag=True,
+              help="Also measure decode and prefill tokens/s of each candidate a real kernel runs, against the "
+                   "reference; adds the bf16-scale twin of a scheme whose scales no kernel takes (docs/profile.md).")
 @lab_output_options
 def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_drop: float, size: float,
             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
-            threads: int | None, as_json: bool, out_dir: Path | None) -> None:
+            threads: int | None, speed: bool, as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
     from precisionlab.eval.candidates import parse_candidates
     from precisionlab.eval.data import task_sizes
@@ -108,6 +111,10 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
 
     chosen = split_commas(schemes) or list(eval_lab.DEFAULT_SCHEMES)
     parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
+    if speed:
+        from precisionlab.eval.speed import kernel_twins
+
+        chosen = kernel_twins(chosen)
     check_max_drop(max_drop)
     check_resamples(resamples)
     task_sizes(size)
@@ -125,9 +132,15 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
         loaded = load_model(model, dtype=dtype, progress=progress.note)
         progress.note(f"loaded {loaded.name} ({loaded.kind}, {loaded.load_seconds:.1f} s"
                       f"{', from the cache' if loaded.from_cache else ''})")
+        if speed:  # first: a model it cannot measure fails before the evaluation's minutes
+            from precisionlab.eval import speed as speed_measure
+
+            measured = speed_measure.speed_run(loaded, chosen, include, excluded, threads=threads, progress=progress)
         result = eval_lab.run(model, chosen, task_names, max_drop=max_drop, size=size, include=list(include),
                               exclude=excluded, seed=seed, cache=not no_cache, n_resamples=resamples, dtype=dtype,
                               command=command, progress=progress, loaded=loaded, examples_dir=out_dir)
+        if speed:
+            speed_measure.add_speed(result, measured)
     emit(result, as_json, out_dir)
     if out_dir is not None and not as_json:
         click.echo(f"wrote per-example scores to {out_dir}/eval_<task>_examples.jsonl and per-layer records to "

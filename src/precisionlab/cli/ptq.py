@@ -192,10 +192,14 @@ def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
 @click.option("--save", "save_path", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
               help="Write the quantized weights as a tagged precisionlab .safetensors file (rtn, gptq, awq).")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's own choice).")
+@click.option("--speed", is_flag=True,
+              help="Also measure decode and prefill tokens/s of the method's stored codes on a real kernel, against "
+                   "the float model (weight-only methods with a kernel scheme, e.g. int4:g128:scale=bf16).")
 @lab_output_options
 def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, calib_data: str, calib_size: int,
             settings: tuple[str, ...], eval_tasks: tuple[str, ...], max_drop: float, eval_size: float,
-            no_eval: bool, save_path: Path | None, threads: int | None, as_json: bool, out_dir: Path | None) -> None:
+            no_eval: bool, save_path: Path | None, threads: int | None, speed: bool, as_json: bool,
+            out_dir: Path | None) -> None:
     """One PTQ method, layer by layer against RTN, then task-level evaluation of the quantized model."""
     from precisionlab.cli.eval import StepProgress
     from precisionlab.eval.data import task_sizes
@@ -232,8 +236,9 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
     if evaluate_tasks and method == "kivi":
         check_kivi_tasks(task_names)
     with StepProgress() as progress:
-        result, evaluation, lines = _run(model, method, canonical, block_ids, calib_docs, calib_size, options,
-                                         task_names if evaluate_tasks else None, max_drop, eval_size, progress)
+        result, evaluation, lines, measured = _run(model, method, canonical, block_ids, calib_docs, calib_size,
+                                                   options, task_names if evaluate_tasks else None, max_drop,
+                                                   eval_size, progress, speed, threads)
         if save_path is not None:
             save_weights(result, save_path, progress)
     for line in lines:
@@ -246,14 +251,19 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
                                                                  calib_size, settings)}
     from precisionlab.labs.ptq import ptq_lab
 
-    emit(ptq_lab(result, params, evaluation, lines, eval_note), as_json, out_dir, findings=False)
+    lab = ptq_lab(result, params, evaluation, lines, eval_note)
+    if measured is not None:
+        from precisionlab.eval.speed import add_speed
+
+        add_speed(lab, measured)
+    emit(lab, as_json, out_dir, findings=False)
     if save_path is not None and not as_json:
         click.echo(f"wrote {save_path} ({len(result.quantized)} quantized layers)")
 
 
 def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, calib_docs: list[Any], calib_size: int,
          options: dict[str, Any], task_names: list[str] | None, max_drop: float, eval_size: float,
-         progress: Any) -> tuple[Any, Any, list[str]]:
+         progress: Any, speed: bool = False, threads: int | None = None) -> tuple[Any, Any, list[str], Any]:
     from precisionlab.eval import data
     from precisionlab.ptq import run_method, token_batches
 
@@ -274,7 +284,12 @@ def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, cali
     evaluation = None
     if task_names is not None:
         evaluation = evaluate_result(loaded, result, block_ids, task_names, max_drop, eval_size, progress)
-    return result, evaluation, lines
+    measured = None
+    if speed:
+        from precisionlab.eval.speed import ptq_speed_run
+
+        measured = ptq_speed_run(loaded, result, threads=threads, progress=progress)
+    return result, evaluation, lines, measured
 
 
 def evaluate_result(loaded: Any, result: Any, block_ids: list[int] | None, task_names: list[str], max_drop: float,

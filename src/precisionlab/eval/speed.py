@@ -1,0 +1,397 @@
+"""Speed beside quality: decode and prefill tokens per second of the reference and of each candidate that a
+real kernel runs (models.kernels), measured in one run, interleaved, with the ratio and its spread.
+
+    run = measure_speed(loaded, [speed_candidate(c) for c in parse_candidates(["int8:row:scale=bf16"])])
+    run.row("int8:row:scale=bf16").decode_ratio          # median of the paired per-repetition ratios
+    result.add(speed_part(run))                          # the `speed` table and eval.speed.* findings
+
+What is measured (batch 1, greedy, the model's own KV cache): prefill = one forward over a fixed prompt of
+`prompt_tokens` tokens from the built-in evaluation text; decode = `new_tokens` single-token steps after it.
+tokens/s = tokens / wall seconds. Every repetition runs every variant (the reference and each kernel
+candidate) once, in an order rotated by one each repetition so no variant always runs first or last; the
+ratio of a repetition is candidate / reference of that repetition (paired: both saw the same machine load);
+the reported ratio is the median over repetitions, its spread the smallest and largest. torch runs
+`threads` threads (default 1: on a shared machine one thread per process is what is reproducible).
+
+A candidate runs on a kernel when its weights' scheme is one a torch kernel runs exactly (`kernel_plan`);
+otherwise it says "no kernel: emulated only" and why (fp16 scales: the bf16-scale twin runs; activations
+or KV cache quantized at run time; a codebook or float element...). Before timing, each kernel candidate is
+checked against its emulation on the prompt: every swapped layer's output must lie within
+`models.kernels.output_bound` of the exact product of its input with the emulated weight (bound_fraction
+<= 1), and the KL divergence of the kernel path's next-token distributions from the emulation's is
+reported beside it (`kl_to_emulation`, nats per token).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from precisionlab.models import kernels, peers
+from precisionlab.results import Part, Scalar, Table
+
+PROMPT_TOKENS = 128
+NEW_TOKENS = 32
+REPETITIONS = 5
+THREADS = 1
+NO_KERNEL = "no kernel: emulated only"
+
+
+@dataclass(frozen=True)
+class SpeedCandidate:
+    """What the speed measurement needs of a candidate: its label, its weights' scheme, and optionally a PTQ
+    method's stored codes per layer (`quantized`: name -> QuantizedTensor; then those layers are the ones
+    swapped) with `prepare(model)`, which installs its emulation and returns an object with restore()."""
+
+    label: str
+    scheme: str | None
+    reason: str = ""
+    """Why it has no kernel when that is known before the scheme is looked at ("" otherwise)."""
+    quantized: Mapping[str, Any] | None = None
+    prepare: Callable[[Any], Any] | None = None
+
+
+def speed_candidate(candidate: Any) -> SpeedCandidate:
+    """The speed view of an eval Candidate: weight-only scheme candidates can have a kernel; a candidate that
+    quantizes activations or the KV cache at run time, or that installs its own weights, has none."""
+    if candidate.act or candidate.kv:
+        return SpeedCandidate(candidate.label, candidate.weights,
+                              "the activations or the KV cache are quantized at run time, which no kernel here does")
+    if candidate.prepare is not None:
+        return SpeedCandidate(candidate.label, candidate.weights,
+                              "it installs its own weights; pass its stored codes (ptq_speed_candidate)")
+    if candidate.weights is None:
+        return SpeedCandidate(candidate.label, None, "it quantizes no weight")
+    return SpeedCandidate(candidate.label, candidate.weights)
+
+
+def ptq_speed_candidate(result: Any, label: str | None = None) -> SpeedCandidate:
+    """The speed view of a PTQ method's result: its stored codes run on the kernel of its scheme (weight-only
+    methods: rtn, gptq, awq; the others quantize activations or the KV cache at run time)."""
+    from precisionlab.ptq.install import ptq_candidate
+    from precisionlab.ptq.run import WEIGHT_ONLY
+
+    name = label or f"{result.method}:{result.scheme}"
+    if result.method not in WEIGHT_ONLY:
+        return SpeedCandidate(name, result.scheme, f"{result.method} quantizes activations or the KV cache at run "
+                                                   "time, which no kernel here does")
+    candidate = ptq_candidate(result, name)
+    return SpeedCandidate(name, result.scheme, quantized=result.quantized,
+                          prepare=lambda model: candidate.prepare(model, (), None))
+
+
+def kernel_twins(specs: Sequence[str]) -> list[str]:
+    """The specs, each weight-only scheme without an exact kernel followed by the bf16-scale twin a kernel
+    runs (int8:row -> int8:row:scale=bf16), so that the model that runs is also evaluated; repeats dropped."""
+    from precisionlab.eval.candidates import parse_candidates
+
+    out: list[str] = []
+    for candidate in parse_candidates(list(specs)):
+        out.append(candidate.label)
+        if candidate.weights and not (candidate.act or candidate.kv):
+            plan = kernels.kernel_plan(candidate.weights)
+            if plan.kernel is None and plan.runs is not None:
+                out.append(plan.runs)
+    return list(dict.fromkeys(out))
+
+
+# --------------------------------------------------------------------------- results
+@dataclass
+class SpeedRow:
+    label: str
+    kernel: str | None
+    note: str
+    runs: str | None = None
+    decode: list[float] = field(default_factory=list)
+    """tokens/s per repetition."""
+    prefill: list[float] = field(default_factory=list)
+    layers: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)
+    kernel_bytes: int = 0
+    bound_fraction: float = math.nan
+    kl_to_emulation: float = math.nan
+
+
+@dataclass
+class SpeedRun:
+    reference_decode: list[float]
+    reference_prefill: list[float]
+    rows: list[SpeedRow]
+    settings: dict[str, Scalar]
+
+    def row(self, label: str) -> SpeedRow:
+        for row in self.rows:
+            if row.label == label:
+                return row
+        raise KeyError(f"no speed row {label!r}")
+
+    def ratios(self, row: SpeedRow, what: str = "decode") -> list[float]:
+        """candidate / reference tokens/s per repetition (paired)."""
+        mine = row.decode if what == "decode" else row.prefill
+        ref = self.reference_decode if what == "decode" else self.reference_prefill
+        return [a / b for a, b in zip(mine, ref, strict=True)]
+
+
+# --------------------------------------------------------------------------- measuring
+def check_settings(prompt_tokens: int, new_tokens: int, repetitions: int, threads: int) -> None:
+    """ValueError unless every count is a positive integer (repetitions at least 2: one ratio has no spread)."""
+    for label, value, least in (("prompt_tokens", prompt_tokens, 1), ("new_tokens", new_tokens, 1),
+                                ("repetitions", repetitions, 2), ("threads", threads, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
+
+
+def measure_speed(loaded: Any, candidates: Sequence[SpeedCandidate], include: Sequence[str] = (),
+                  exclude: Sequence[str] | None = None, prompt_tokens: int = PROMPT_TOKENS,
+                  new_tokens: int = NEW_TOKENS, repetitions: int = REPETITIONS, threads: int = THREADS,
+                  progress: Any = None) -> SpeedRun:
+    """Decode and prefill tokens/s of the reference and each kernel candidate, interleaved (see the module)."""
+    check_settings(prompt_tokens, new_tokens, repetitions, threads)
+    if loaded.kind != "causal-lm":
+        raise ValueError(f"speed is measured on causal LMs (decode tokens/s); {loaded.name} is a {loaded.kind}")
+    torch = peers.torch()
+    note = getattr(progress, "note", None) or getattr(progress, "done", None) or (lambda _line: None)
+    prompt = torch.tensor([prompt_ids(loaded, prompt_tokens)])
+    rows: list[SpeedRow] = []
+    swaps: dict[str, kernels.KernelSwap] = {}
+    with _threads(torch, threads), torch.inference_mode():
+        for candidate in candidates:
+            row, swap = _plan_row(loaded, candidate, include, exclude)
+            rows.append(row)
+            if swap is not None:
+                _check(loaded, candidate, swap, row, prompt, include, exclude)
+                swaps[row.label] = swap
+                note(f"speed: {row.label} on {row.kernel} ({row.layers} layers; within {row.bound_fraction:.2g} "
+                     "of the stated bound)")
+        variants: list[tuple[str, kernels.KernelSwap | None]] = [("reference", None), *swaps.items()]
+        times: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for label, _ in variants}
+        for _label, swap in variants:  # warm-up: first calls allocate
+            with _installed(swap):
+                _generate(loaded.model, prompt[:, : min(8, prompt.shape[1])], 2)
+        for rep in range(repetitions):
+            order = variants[rep % len(variants):] + variants[: rep % len(variants)]
+            for label, swap in order:
+                with _installed(swap):
+                    prefill_s, decode_s = _generate(loaded.model, prompt, new_tokens)
+                times[label][0].append(prompt.shape[1] / prefill_s)
+                times[label][1].append(new_tokens / decode_s)
+            note(f"speed: repetition {rep + 1}/{repetitions}")
+    for row in rows:
+        if row.label in times:
+            row.prefill, row.decode = times[row.label]
+    settings: dict[str, Scalar] = {"prompt_tokens": int(prompt.shape[1]), "new_tokens": new_tokens,
+                                   "repetitions": repetitions, "threads": threads,
+                                   "activations": kernels.ACTIVATION_DTYPE, "model_dtype": loaded.dtype}
+    return SpeedRun(times["reference"][1], times["reference"][0], rows, settings)
+
+
+def prompt_ids(loaded: Any, tokens: int) -> list[int]:
+    """The first `tokens` token ids of the built-in evaluation text (after the BOS / EOS start token)."""
+    from precisionlab.eval import data, scoring
+
+    lm = scoring.CausalLM(loaded.model, loaded.tokenizer, loaded.max_length)
+    ids = [lm.prefix_id]
+    for doc in data.ppl_documents(data.builtin_split(), 40):
+        ids += lm.encode(doc.text + "\n\n")
+        if len(ids) >= tokens:
+            break
+    if len(ids) < tokens:
+        raise ValueError(f"the built-in text holds {len(ids)} tokens, fewer than the {tokens} asked for")
+    return ids[: min(tokens, loaded.max_length - 1)]
+
+
+@contextlib.contextmanager
+def _threads(torch: Any, threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def _installed(swap: kernels.KernelSwap | None) -> Iterator[None]:
+    if swap is None:
+        yield
+        return
+    swap.install()
+    try:
+        yield
+    finally:
+        swap.remove()
+
+
+def _plan_row(loaded: Any, candidate: SpeedCandidate, include: Sequence[str],
+              exclude: Sequence[str] | None) -> tuple[SpeedRow, kernels.KernelSwap | None]:
+    if candidate.reason or candidate.scheme is None:
+        return SpeedRow(candidate.label, None, f"{NO_KERNEL} ({candidate.reason or 'no weight scheme'})"), None
+    plan = kernels.kernel_plan(candidate.scheme)
+    if plan.kernel is None:
+        twin = f"; {plan.runs} runs on torch's kernel" if plan.runs else ""
+        return SpeedRow(candidate.label, None, f"{NO_KERNEL} ({plan.reason}{twin})", runs=plan.runs), None
+    swap = kernels.prepare_swap(loaded.model, plan.scheme, include, exclude, quantized=candidate.quantized)
+    if not swap.swapped:
+        reasons = sorted(set(swap.skipped.values()))
+        return SpeedRow(candidate.label, None, f"{NO_KERNEL} (no selected layer fits the kernel: "
+                                               f"{'; '.join(reasons) or 'no layer selected'})"), None
+    note = f"{len(swap.skipped)} selected layers stay emulated: {'; '.join(sorted(set(swap.skipped.values())))}" \
+        if swap.skipped else ""
+    row = SpeedRow(candidate.label, plan.kernel, note, runs=plan.runs, layers=len(swap.swapped),
+                   skipped=dict(swap.skipped), kernel_bytes=swap.stored_bytes)
+    return row, swap
+
+
+def _check(loaded: Any, candidate: SpeedCandidate, swap: kernels.KernelSwap, row: SpeedRow, prompt: Any,
+           include: Sequence[str], exclude: Sequence[str] | None) -> None:
+    """Fill row.bound_fraction (every swapped layer's output on its emulated-model input, against
+    models.kernels.output_bound) and row.kl_to_emulation (next-token KL of the kernel path from the emulation)."""
+    from precisionlab.models.weights import quantize_weights
+
+    torch = peers.torch()
+    model = loaded.model
+    report = (candidate.prepare(model) if candidate.prepare is not None
+              else quantize_weights(model, candidate.scheme or "", include, exclude))
+    fractions: list[float] = []
+    handles = []
+
+    def hook_for(replacement: Any) -> Callable[..., None]:
+        def hook(_module: Any, args: tuple[Any, ...], _output: Any) -> None:
+            x = args[0]
+            y = replacement(x)
+            if replacement.bias is not None:
+                y = y - replacement.bias  # the bound covers the matmul; the fp32 bias add is one more rounding
+            fractions.append(kernels.bound_fraction(y.double().numpy(), x.double().numpy(),
+                                                    replacement.packed.emulated))
+
+        return hook
+
+    try:
+        for _parent, _attribute, original, replacement in swap.swapped.values():
+            handles.append(original.register_forward_hook(hook_for(replacement)))
+        try:
+            emulated = model(input_ids=prompt, use_cache=False).logits[0].double()
+        finally:
+            for handle in handles:
+                handle.remove()
+        with _installed(swap):
+            kernel = model(input_ids=prompt, use_cache=False).logits[0].double()
+    finally:
+        report.restore()
+    log_p, log_q = torch.log_softmax(emulated, -1), torch.log_softmax(kernel, -1)
+    row.kl_to_emulation = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
+    row.bound_fraction = max(fractions) if fractions else math.nan
+
+
+def _generate(model: Any, prompt: Any, new_tokens: int) -> tuple[float, float]:
+    """(prefill seconds, decode seconds): one forward over the prompt, then new_tokens greedy steps."""
+    from precisionlab.models.profiling import greedy_decode
+
+    start = time.perf_counter()
+    step = greedy_decode(model, prompt)
+    token = next(step)
+    prefill = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        token = step.send(token)
+    return prefill, time.perf_counter() - start
+
+
+# --------------------------------------------------------------------------- table and findings
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def speed_part(run: SpeedRun) -> Part:
+    """The `speed` table and findings eval.speed.<label>.decode_tokens_per_s / .prefill_tokens_per_s /
+    .decode_ratio (with .decode_ratio_min / .decode_ratio_max) / .prefill_ratio (with min / max) / .kernel,
+    plus .kernel_bytes, .bound_fraction, .kl_to_emulation, and .note (and .runs_as) for a row without a
+    kernel; eval.speed.reference.*; eval.speed.threads / prompt_tokens / new_tokens / repetitions."""
+    findings: dict[str, Scalar] = {f"eval.speed.{k}": v for k, v in run.settings.items()
+                                   if k in ("threads", "prompt_tokens", "new_tokens", "repetitions")}
+    ref_decode, ref_prefill = _median(run.reference_decode), _median(run.reference_prefill)
+    findings["eval.speed.reference.decode_tokens_per_s"] = ref_decode
+    findings["eval.speed.reference.prefill_tokens_per_s"] = ref_prefill
+    rows: list[list[Scalar]] = [["reference", "torch fp32 matmul", None, None, ref_decode, 1.0, None, None,
+                                 ref_prefill, 1.0, None, None, None, ""]]
+    for row in run.rows:
+        key = f"eval.speed.{row.label}"
+        findings[f"{key}.kernel"] = row.kernel or "none"
+        if row.kernel is None:
+            findings[f"{key}.note"] = row.note
+            if row.runs:
+                findings[f"{key}.runs_as"] = row.runs
+            rows.append([row.label, NO_KERNEL, row.runs, None, None, None, None, None, None, None, None, None, None,
+                         row.note])
+            continue
+        decode, prefill = run.ratios(row, "decode"), run.ratios(row, "prefill")
+        values = {"decode_tokens_per_s": _median(row.decode), "prefill_tokens_per_s": _median(row.prefill),
+                  "decode_ratio": _median(decode), "decode_ratio_min": min(decode), "decode_ratio_max": max(decode),
+                  "prefill_ratio": _median(prefill), "prefill_ratio_min": min(prefill),
+                  "prefill_ratio_max": max(prefill), "kernel_bytes": row.kernel_bytes,
+                  "bound_fraction": row.bound_fraction, "kl_to_emulation": row.kl_to_emulation}
+        findings.update({f"{key}.{name}": value for name, value in values.items()})
+        rows.append([row.label, row.kernel, row.runs, row.layers, row.kernel_bytes / 1e6,
+                     values["decode_tokens_per_s"], values["decode_ratio"], min(decode), max(decode),
+                     values["prefill_tokens_per_s"], values["prefill_ratio"], row.bound_fraction,
+                     row.kl_to_emulation, row.note])
+    s = run.settings
+    table = Table(
+        key="speed", title="Speed beside quality: decode and prefill tokens/s against the reference",
+        columns=["scheme", "kernel", "runs as", "layers on kernel", "kernel MB", "decode tok/s", "decode ratio",
+                 "ratio min", "ratio max", "prefill tok/s", "prefill ratio", "bound fraction", "KL to emulation",
+                 "note"],
+        rows=rows,
+        note=(f"Batch 1, greedy: prefill of {s['prompt_tokens']} prompt tokens, then {s['new_tokens']} decode steps; "
+              f"{s['repetitions']} repetitions, every variant once per repetition in a rotated order; ratio = "
+              "candidate / reference tokens/s of the same repetition, median (min, max) over repetitions. torch "
+              f"threads: {s['threads']}. Kernel layers take {s['activations']} activations (cast from and back to "
+              f"the model's {s['model_dtype']}); the other layers run as the reference does. bound fraction: the "
+              "largest kernel deviation from the exact product with the emulated weight, over the stated bound "
+              "(models.kernels.output_bound; <= 1 holds the tolerance); KL to emulation: nats per token between "
+              "the emulated and the kernel path's next-token distributions on the prompt."),
+        formats={"kernel MB": ".4g", "decode tok/s": ".4g", "decode ratio": ".3g", "ratio min": ".3g",
+                 "ratio max": ".3g", "prefill tok/s": ".4g", "prefill ratio": ".3g", "bound fraction": ".3g",
+                 "KL to emulation": ".2e"},
+    )
+    return Part([table], findings=findings)
+
+
+def speed_run(loaded: Any, specs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] | None = None,
+              threads: int | None = None, progress: Any = None, **settings: int) -> SpeedRun:
+    """`measure_speed` of the candidates `specs` (scheme strings, as `eval --schemes` takes them): the eval
+    command's `--speed`."""
+    from precisionlab.eval.candidates import parse_candidates
+
+    return measure_speed(loaded, [speed_candidate(c) for c in parse_candidates(list(specs))], include, exclude,
+                         threads=threads or THREADS, progress=progress, **{**_defaults(), **settings})
+
+
+def _defaults() -> dict[str, int]:
+    """The module's settings as they are now (read at call time)."""
+    return {"prompt_tokens": PROMPT_TOKENS, "new_tokens": NEW_TOKENS, "repetitions": REPETITIONS}
+
+
+def ptq_speed_run(loaded: Any, ptq_result: Any, threads: int | None = None, progress: Any = None,
+                  **settings: int) -> SpeedRun:
+    """The `ptq --speed` measurement: the method's stored codes on their kernel, against the float model."""
+    return measure_speed(loaded, [ptq_speed_candidate(ptq_result)], (), None, threads=threads or THREADS,
+                         progress=progress, **{**_defaults(), **settings})
+
+
+def add_speed(result: Any, run: SpeedRun) -> None:
+    """The speed table and findings added to a LabResult; its recorded command gains --speed."""
+    result.add(speed_part(run))
+    _mark_command(result)
+
+
+def _mark_command(result: Any) -> None:
+    """The recorded command reproduces the speed measurement too."""
+    command = result.params.get("command")
+    if isinstance(command, str) and command and "--speed" not in command.split():
+        result.params["command"] = f"{command} --speed"
