@@ -5,7 +5,7 @@ Q4_0 against the fp32 and bf16 matmuls, one layer at a time, then decode tokens/
 
 torch runs one thread (pinned: on a shared machine that is what reproduces). Outputs are checked first: each
 fused torch kernel within models.kernels.output_bound of the exact product with its emulated weight, each llama.cpp
-call within models.llamacpp.output_bound. Then, per M (1 and 512), the fastest of the interleaved repeats of every
+call within models.ggml_matmul.output_bound. Then, per M (1 and 512), the fastest of the interleaved repeats of every
 variant (models.profiling.profile_linears, the lab's own measurement) and the ratios: fp32 / variant (> 1: faster
 than fp32), unfused / fused, fp32 activations / bf16 activations. With the model: eval.speed's decode and prefill
 tokens/s of the reference and of int8:row:scale=bf16 and int4:g128:scale=bf16 on the kernels, interleaved, with the
@@ -24,7 +24,7 @@ import numpy as np
 def check_outputs(size: int) -> None:
     import torch
 
-    from precisionlab.models import kernels, llamacpp, profiling
+    from precisionlab.models import ggml_matmul, kernels, profiling
     from precisionlab.quant import quantize
 
     weight = profiling.random_weight(size, size)
@@ -35,15 +35,16 @@ def check_outputs(size: int) -> None:
         fraction = kernels.bound_fraction(y, x.numpy(), packed.emulated)
         print(f"check {scheme:22} on {packed.kernel}: max deviation / stated bound = {fraction:.3f}")
         assert fraction <= 1.0, scheme
-    if llamacpp.missing_reason():
-        print(f"llama.cpp: skipped ({llamacpp.missing_reason()})")
+    if ggml_matmul.missing_reason():
+        print(f"llama.cpp: skipped ({ggml_matmul.missing_reason()})")
         return
     for kind in ("Q8_0", "Q4_0"):
-        with llamacpp.GgmlMatmul(weight.numpy(), kind, 4) as mm:
+        with ggml_matmul.GgmlMatmul(weight.numpy(), kind, 4) as mm:
             mm.set_input(x.numpy())
             mm.run()
             y = mm.output().astype(np.float64)
-        exact, bound = llamacpp.output_bound(x.numpy(), quantize(weight.numpy(), f"gguf_{kind.lower()}").dequantize())
+        emulated = quantize(weight.numpy(), f"gguf_{kind.lower()}").dequantize()
+        exact, bound = ggml_matmul.output_bound(x.numpy(), emulated)
         fraction = float((np.abs(y - exact) / bound).max())
         print(f"check llama.cpp {kind:12}: max deviation / stated bound = {fraction:.3f}")
         assert fraction <= 1.0, kind

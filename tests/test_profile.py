@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the profile times torch's kernels")
 
 from precisionlab.labs import profile as lab  # noqa: E402
-from precisionlab.models import llamacpp, profiling  # noqa: E402
+from precisionlab.models import ggml_matmul, profiling  # noqa: E402
 
 N, K = 64, 256
 
@@ -41,7 +41,7 @@ def test_weight_bytes_are_the_stored_formats(small_rows: list) -> None:
 
 def test_every_variant_computes_the_layer_on_its_own_grid(small_rows: list) -> None:
     """||y - x W_hat^T|| / ||x W_hat^T|| against float64: float32 to its rounding, bf16 activations to about 2^-9,
-    llama.cpp's Q8_0 activations to about 1e-2 (models.llamacpp.output_bound holds it elementwise)."""
+    llama.cpp's Q8_0 activations to about 1e-2 (models.ggml_matmul.output_bound holds it elementwise)."""
     for r in small_rows:
         if r.variant == "fp32" or r.variant.endswith("fp32act"):
             assert r.rel_diff < 1e-5, r
@@ -88,7 +88,8 @@ def quick_result():  # type: ignore[no-untyped-def]
 
 
 def test_findings_for_every_variant_at_both_shapes(quick_result) -> None:  # type: ignore[no-untyped-def]
-    variants = list(profiling.TORCH_VARIANTS) + ([] if llamacpp.missing_reason() else list(profiling.LLAMACPP_VARIANTS))
+    llama = [] if ggml_matmul.missing_reason() else list(profiling.LLAMACPP_VARIANTS)
+    variants = list(profiling.TORCH_VARIANTS) + llama
     for variant in variants:
         for m in ("m1", "m512"):
             for field in ("ms", "conversion_share", "gbps", "copy_fraction"):
@@ -129,7 +130,7 @@ def test_without_torch_the_lab_says_skipped(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_without_llama_cpp_its_rows_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llamacpp, "missing_reason", lambda: "llama-cpp-python is not installed")
+    monkeypatch.setattr(ggml_matmul, "missing_reason", lambda: "llama-cpp-python is not installed")
     result = lab.run(size=64, repeats=2, model=None, budget=0.01)
     assert "profile.llamacpp_q4_0.m1.ms" not in result.findings
     assert "llama-cpp-python" in result.findings["skipped.llamacpp"]

@@ -61,7 +61,7 @@ def run(size: int = 4096, repeats: int = 5, threads: int = 1, model: str | None 
                                  "decode_steps": decode_steps, "prompt_tokens": prompt_tokens, "seed": seed}
     if optional_import("torch") is None:
         return _skipped_result(params)
-    from precisionlab.models import llamacpp, profiling
+    from precisionlab.models import ggml_matmul, profiling
 
     note = stage or (lambda _line: None)
     loaded, why, install = _load(model, note)  # a model that does not load fails before any timing
@@ -84,7 +84,7 @@ def run(size: int = 4096, repeats: int = 5, threads: int = 1, model: str | None 
     load_end = os.getloadavg()
     machine = with_observed_ceilings(machine, [*big, *layers])
     result = assemble(big, layers, decode, machine, prefix, params, (load_start, load_end), model)
-    llama_why = llamacpp.missing_reason()
+    llama_why = ggml_matmul.missing_reason()
     if llama_why:
         result.skip("llamacpp", "llama.cpp's Q8_0 / Q4_0 rows", llama_why, LLAMACPP_INSTALL, section="layer")
     others = {k: v for k, v in skipped.items() if not k.split("/")[1].startswith("llamacpp") or not llama_why}

@@ -188,7 +188,7 @@ def _plain_int4(weight: Any) -> tuple[Any, Any, int, np.ndarray]:
 
 
 def _llamacpp_variant(name: str, weight: Any, x: Any, threads: int) -> Variant:
-    from precisionlab.models.llamacpp import GgmlMatmul
+    from precisionlab.models.ggml_matmul import GgmlMatmul
     from precisionlab.quant import quantize
 
     kind = {"llamacpp_q8_0": "Q8_0", "llamacpp_q4_0": "Q4_0"}[name]
@@ -201,14 +201,14 @@ def _llamacpp_variant(name: str, weight: Any, x: Any, threads: int) -> Variant:
 
 def build_variants(weight: Any, x: Any, names: Sequence[str], threads: int = 1) -> tuple[list[Variant], dict[str, str]]:
     """The ready variants for one weight and input, and name -> reason for the ones that cannot run here."""
-    from precisionlab.models import llamacpp
+    from precisionlab.models import ggml_matmul
 
     ready: list[Variant] = []
     skipped: dict[str, str] = {}
     for name in names:
         try:
             if name.startswith("llamacpp"):
-                reason = llamacpp.missing_reason()
+                reason = ggml_matmul.missing_reason()
                 if reason:
                     skipped[name] = reason
                     continue
