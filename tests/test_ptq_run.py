@@ -1,5 +1,5 @@
 """run_method end to end on small models built here (a tiny random Llama, a plain nn.Module): records,
-findings keys, apply, folding, calibration capture and the bad-input errors. No download."""
+findings keys, apply_result, folding, calibration capture and the bad-input errors. No download."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PTQ on a model needs torch")
 transformers = pytest.importorskip("transformers", reason="the tiny Llama is a transformers model")
 
-from precisionlab.ptq import CalibrationWarning, capture, run_method  # noqa: E402
+from precisionlab.ptq import CalibrationWarning, apply_result, capture, run_method  # noqa: E402
 from precisionlab.ptq.structure import ScaleGroup, fold_scales, linear_names, scale_groups  # noqa: E402
 from precisionlab.quant import quantize  # noqa: E402
 from tests.model_helpers import tiny_llama  # noqa: E402
@@ -85,7 +85,7 @@ def test_apply_writes_the_stored_weights(tiny) -> None:  # type: ignore[no-untyp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
         result = run_method(model, "gptq", "int4:g32", batches(), blocks=[0])
-    result.apply(model)
+    apply_result(model, result)
     modules = dict(model.named_modules())
     for name, q in result.quantized.items():
         assert np.array_equal(modules[name].weight.detach().numpy(), q.dequantize())
@@ -93,7 +93,7 @@ def test_apply_writes_the_stored_weights(tiny) -> None:  # type: ignore[no-untyp
         warnings.simplefilter("ignore", CalibrationWarning)
         sq = run_method(model, "smoothquant", "int8", batches(1), blocks=[0])
     with pytest.raises(ValueError, match="activations"):
-        sq.apply(model)
+        apply_result(model, sq)
 
 
 def test_awq_apply_folds_scales_and_quantizes(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -106,7 +106,7 @@ def test_awq_apply_folds_scales_and_quantizes(tiny) -> None:  # type: ignore[no-
         result = run_method(model, "awq", "int4:g32", batches(), blocks=[0])
     folds = {group.prev: scales for group, scales in result.folds}
     assert "model.layers.0.input_layernorm" in folds
-    result.apply(model)
+    apply_result(model, result)
     modules = dict(model.named_modules())
     norm = modules["model.layers.0.input_layernorm"].weight.detach().double().numpy()
     scales = folds["model.layers.0.input_layernorm"]

@@ -201,7 +201,7 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
     from precisionlab.eval.data import task_sizes
     from precisionlab.eval.runner import check_max_drop
     from precisionlab.eval.tasks import check_task_names
-    from precisionlab.ptq.run import WEIGHT_ONLY, check_method
+    from precisionlab.ptq.support import WEIGHT_ONLY, check_method
 
     method = method.lower()
     options = parse_options(settings)

@@ -150,11 +150,6 @@ def kivi_quantize(keys: Any, values: Any, config: KIVIConfig = KIVIConfig()) -> 
     return k_hat, v_hat
 
 
-def relative_error(reference: Any, approx: Any) -> float:
-    ref = np.asarray(reference, dtype=np.float64)
-    return float(np.linalg.norm(np.asarray(approx, dtype=np.float64) - ref) / (np.linalg.norm(ref) or 1.0))
-
-
 def make_kivi_cache(model: Any, config: KIVIConfig = KIVIConfig()) -> Any:
     """A transformers Cache whose layers store KIVI-quantized states (see `KIVILayer`)."""
     torch = require_torch("KIVI")

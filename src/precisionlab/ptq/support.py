@@ -1,0 +1,143 @@
+"""What each PTQ method applies to: its options and defaults, and the schemes it accepts (the one place).
+
+    check_method(method, scheme, options)   the canonical scheme text run_method will use, or ValueError
+                                            (one line, naming why) before any model is loaded
+    refusal(method, scheme)                 the reason a method refuses a scheme, or None when it takes it
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from precisionlab.ptq import kivi as kivi_mod
+from precisionlab.ptq import llm_int8 as llm_int8_mod
+from precisionlab.ptq.smoothquant import DEFAULT_ALPHA, check_w8a8
+from precisionlab.quant.scheme import Scheme, parse_scheme
+
+METHODS = ("rtn", "gptq", "awq", "smoothquant", "llm_int8", "kivi")
+WEIGHT_ONLY = ("rtn", "gptq", "awq")
+"""The methods that change nothing but weights (and AWQ's folds into the norms)."""
+FOLDING = ("awq", "smoothquant")
+"""The methods that fold per-channel scales into the op before a group of layers."""
+
+SEQUENTIAL = ("off", "block", "layer")
+"""GPTQ's calibration order (option `sequential`):
+    off    every layer on the full-precision model's inputs (one capture)
+    block  block by block, each block's layers on the inputs the model gives while the blocks before it
+           hold their quantized weights (the GPTQ paper's reference code)
+    layer  also inside a block: each set of layers reading one input (q/k/v, o, gate/up, down) on the inputs
+           given while the sets before it, in module order, are quantized (AutoGPTQ's true_sequential)"""
+
+OPTIONS: dict[str, dict[str, Any]] = {
+    "rtn": {},
+    "gptq": {"block_size": 128, "damp": 0.01, "damp_growth": 2.0, "max_damp": 1.0, "act_order": False,
+             "static_groups": False, "dtype": "float32", "sequential": "off"},
+    "awq": {"n_grid": 20, "duo_scaling": True, "clip": True, "objective": "block", "guard": True,
+            "module_tokens": 512},
+    "smoothquant": {"alpha": DEFAULT_ALPHA, "act_scheme": None, "samples": 512},
+    "llm_int8": {"threshold": llm_int8_mod.THRESHOLD, "outlier_weights": "int8", "token_absmax": "columns",
+                 "samples": 512},
+    "kivi": {"group": kivi_mod.DEFAULT_GROUP, "residual": kivi_mod.DEFAULT_RESIDUAL, "prefill": 256, "max_kl": None},
+}
+"""Each method's options and their defaults (`run_method(..., options={...})`)."""
+
+
+def method_options(method: str, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """(the method's name, its defaults updated by `options`), or ValueError naming an unknown method or
+    option."""
+    name = str(method).lower()
+    if name not in METHODS:
+        raise ValueError(f"unknown PTQ method {method!r}; choose one of {', '.join(METHODS)}")
+    opts = dict(OPTIONS[name])
+    unknown = sorted(set(options or {}) - set(opts))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {name}; its options: {', '.join(opts) or 'none'}")
+    opts.update(options or {})
+    return name, opts
+
+
+def check_method(method: str, scheme: str | Scheme | None, options: dict[str, Any] | None = None) -> str:
+    """The canonical scheme text `run_method` would use, or ValueError when the method, an option or the
+    scheme does not apply (checked before any model is loaded)."""
+    name, opts = method_options(method, options)
+    return check_scheme(name, scheme, opts)
+
+
+def check_scheme(method: str, scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    """check_method with the options already merged (`method_options`); sets smoothquant's act_scheme."""
+    check = _CHECKS[method]
+    return check(scheme, opts)
+
+
+def refusal(method: str, scheme: str | Scheme | None) -> str | None:
+    """Why `method` (at its default options) refuses `scheme`, or None when it accepts it. A scheme string that
+    does not parse is refused with the parser's message."""
+    try:
+        check_method(method, scheme)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+# --------------------------------------------------------------------------- the per-method rules
+def _rtn(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    return str(_needs_scheme("rtn", scheme))
+
+
+def _gptq(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    from precisionlab.ptq.grid import check_columnwise
+
+    s = check_columnwise(_needs_scheme("gptq", scheme), (1, 1))
+    grouped = s.granularity.value in ("group", "tile", "block", "col")
+    if opts["act_order"] and grouped and not opts["static_groups"]:
+        raise ValueError(f"act_order with the grouped scheme {s} needs static_groups=True: groups fitted in the "
+                         "permuted order are not the scheme's layout (they need a g_idx)")
+    if int(opts["block_size"]) < 1 or not 0 < float(opts["damp"]) <= float(opts["max_damp"]):
+        raise ValueError("GPTQ needs block_size >= 1 and 0 < damp <= max_damp")
+    if opts["dtype"] not in ("float32", "float64"):
+        raise ValueError(f"GPTQ dtype must be 'float32' or 'float64', got {opts['dtype']!r}")
+    if opts["sequential"] not in SEQUENTIAL:
+        raise ValueError(f"GPTQ sequential must be one of {', '.join(SEQUENTIAL)}, got {opts['sequential']!r}")
+    return str(s)
+
+
+def _awq(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    s = _needs_scheme("awq", scheme)
+    if opts["objective"] not in ("block", "linear"):
+        raise ValueError(f"AWQ objective must be 'block' or 'linear', got {opts['objective']!r}")
+    return str(s)
+
+
+def _smoothquant(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    s = _needs_scheme("smoothquant", scheme)
+    w, a = check_w8a8(s, opts["act_scheme"])
+    opts["act_scheme"] = str(a)
+    alpha = opts["alpha"]
+    if alpha != "auto" and not (isinstance(alpha, (int, float)) and 0 <= float(alpha) <= 1):
+        raise ValueError(f"SmoothQuant alpha must be a number in [0, 1] or 'auto', got {alpha!r}")
+    return str(w)
+
+
+def _llm_int8(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    llm_int8_mod.check_options(opts["outlier_weights"], opts["token_absmax"])
+    if scheme is not None:
+        s = parse_scheme(scheme)
+        if s.element != "int8" or s.granularity.value not in ("row", "tensor") or not s.symmetric or s.outliers:
+            raise ValueError(f"LLM.int8() is a fixed recipe (int8 row-wise weights, token-wise activations, fp16 "
+                             f"outlier columns); scheme {s} does not apply: pass int8 or int8:row")
+    return llm_int8_mod.INT8_ROW
+
+
+def _kivi(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
+    config = kivi_mod.kivi_config(None if scheme is None else str(scheme), opts["group"], opts["residual"])
+    return f"int{config.bits}"
+
+
+def _needs_scheme(method: str, scheme: str | Scheme | None) -> Scheme:
+    if scheme is None:
+        raise ValueError(f"{method} needs a scheme (e.g. int4:g128)")
+    return parse_scheme(scheme)
+
+
+_CHECKS = {"rtn": _rtn, "gptq": _gptq, "awq": _awq, "smoothquant": _smoothquant, "llm_int8": _llm_int8,
+           "kivi": _kivi}
