@@ -20,6 +20,9 @@ from tests.test_eval_cli import one_line_error
     (("--method", "gptq"), "gptq needs a scheme"),
     (("--method", "smoothquant", "--scheme", "int4"), "8-bit"),
     (("--method", "kivi", "--scheme", "int3"), "KIVI"),
+    (("--method", "kivi", "--scheme", "int4:g128"), "KIVI takes a bit width only"),
+    (("--method", "gptq", "--scheme", "gguf_q4_k"), "GPTQ does not apply to scheme gguf_q4_k"),
+    (("--method", "gptq", "--scheme", "int4:g32:axis=0"), "GPTQ does not apply"),
     (("--method", "gptq", "--scheme", "int4:g128", "--set", "dampp=0.1"), "unknown option 'dampp' for gptq"),
     (("--method", "gptq", "--scheme", "int4:g128", "--set", "damp"), "--set: expected KEY=VALUE"),
     (("--method", "gptq", "--scheme", "int4:g128", "--set", "sequential=yes"), "sequential must be one of off, "

@@ -209,6 +209,7 @@ def test_a_layer_that_cannot_be_factorised_is_reported_failed_not_rounded() -> N
 @pytest.mark.parametrize(("scheme", "kwargs", "message"), [
     ("int4:g128:outliers=2", {}, "outliers="),
     ("int4:g32:axis=0", {}, "axis"),
+    ("gguf_q4_k", {}, "super-block"),
     ("int4:g32", {"act_order": True}, "static_groups=True"),
     ("int4:g128", {"block_size": 0}, "block_size"),
     ("int4:g128", {"damp": 0.0}, "damp"),
@@ -218,6 +219,12 @@ def test_schemes_and_options_that_do_not_apply_are_refused(scheme: str, kwargs: 
     w, h = fixed_layer(m=8, n=64, tokens=128)
     with pytest.raises(ValueError, match=message):
         gptq_quantize(w, h, scheme, **kwargs)
+
+
+def test_a_gguf_row_that_is_not_whole_blocks_is_refused() -> None:
+    w, h = fixed_layer(m=8, n=48, tokens=128)  # 48 inputs: one block of 32 and a partial one
+    with pytest.raises(ValueError, match="whole blocks of 32"):
+        gptq_quantize(w, h, "gguf_q4_1")
 
 
 def test_bad_hessians_are_refused() -> None:

@@ -179,6 +179,10 @@ def test_too_few_tokens_for_a_layer_are_warned_with_the_number_needed(tiny) -> N
     ("llm_int8", None, {"token_absmax": "rows"}, "token_absmax must be 'columns' or 'entries'"),
     ("llm_int8", None, {"outlier_weights": "bf16"}, "outlier_weights must be 'int8' or 'fp16'"),
     ("kivi", "int8", None, "2 or 4 bits"),
+    ("kivi", "int4:g64", None, "bit width only"),
+    ("llm_int8", "int8:row:range=full", None, "fixed recipe"),
+    ("gptq", "gguf_q4_k", None, "super-block"),
+    ("rtn", "gguf_q4_k", None, "whole blocks of 256"),  # 64 inputs: refused before any capture
     ("gptq", None, None, "needs a scheme"),
     ("qat", "int4", None, "unknown PTQ method"),
     ("gptq", "int4:g32", {"damping": 0.1}, "unknown option 'damping'"),

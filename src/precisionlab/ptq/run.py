@@ -21,7 +21,8 @@ smoothquant; plain int8 (no fp16 outlier columns) for llm_int8; per-token keys a
 the same bit width for kivi.
 
 What each method accepts is declared in `ptq.support`; the runners are `ptq.runners.<method>`; the
-records `ptq.records`.
+records `ptq.records`. Before anything is captured the scheme is checked against every selected layer's
+shape (`support.check_layer`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,15 @@ from precisionlab.ptq.runners.kivi import run_kivi
 from precisionlab.ptq.runners.llm_int8 import run_llm_int8
 from precisionlab.ptq.runners.smoothquant import norm_groups, run_smoothquant
 from precisionlab.ptq.structure import linear_names, scale_groups
-from precisionlab.ptq.support import METHODS, OPTIONS, WEIGHT_ONLY, check_method, check_scheme, method_options
+from precisionlab.ptq.support import (
+    METHODS,
+    OPTIONS,
+    WEIGHT_ONLY,
+    check_layer,
+    check_method,
+    check_scheme,
+    method_options,
+)
 
 __all__ = ["METHODS", "OPTIONS", "WEIGHT_ONLY", "LayerRecord", "PTQResult", "check_method", "method_options",
            "run_method"]
@@ -64,6 +73,9 @@ def run_method(model: Any, method: str, scheme: str | None, calibration: Sequenc
     if not names:
         raise ValueError("no linear layers selected")
     scheme_text = check_scheme(name, scheme, opts)
+    modules = dict(model.named_modules())
+    for n in names:  # before any capture: a scheme that cannot store a layer's shape fails now, not after it
+        check_layer(name, scheme_text, tuple(modules[n].weight.shape))
     start = time.perf_counter()
     meter = MemoryMeter()
     if name == "awq":
