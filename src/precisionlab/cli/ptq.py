@@ -306,13 +306,15 @@ def save_weights(result: Any, path: Path, progress: Any = None) -> None:
     """result.quantized as a tagged safetensors file (quant.safetensors_io). AWQ's quantized weights are in the
     folded coordinates: the norm weights and previous rows the scales fold into are written beside them, unquantized
     (PassThrough, reason 'folded AWQ scales')."""
+    from precisionlab.ptq.architectures import ONE_PLUS
     from precisionlab.quant.safetensors_io import PassThrough, save_quantized
 
     passthrough: dict[str, PassThrough] = {}
     for group, scales in result.folds:
+        rule = "1 + its weight is divided by them" if group.norm_rule == ONE_PLUS else "is divided by them"
         passthrough[f"{group.prev}.awq_scales"] = PassThrough(
             "F64", scales.astype("float64"),
-            f"folded AWQ scales: {group.prev} is divided by them, {', '.join(group.layers)} multiplied")
+            f"folded AWQ scales: {group.prev} {rule}, {', '.join(group.layers)} multiplied")
     save_quantized(path, dict(result.quantized), passthrough)
     if progress is not None:
         progress.note(f"saved {len(result.quantized)} layers to {path}")

@@ -22,7 +22,10 @@ the same bit width for kivi.
 
 What each method accepts is declared in `ptq.support`; the runners are `ptq.runners.<method>`; the
 records `ptq.records`. Before anything is captured the scheme is checked against every selected layer's
-shape (`support.check_layer`).
+shape (`support.check_layer`), and a folding method (awq, smoothquant) takes its scale groups from the
+model's architecture (`ptq.architectures`: refused when it has none) and folds random scales into the
+float model on the first calibration batch (`structure.fold_check`, the model put back after): refused
+when the logits move by more than FOLD_TOLERANCE (1e-4, relative), reported as `ptq.<method>.fold_check`.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from precisionlab.ptq.runners.gptq import run_weight_only
 from precisionlab.ptq.runners.kivi import run_kivi
 from precisionlab.ptq.runners.llm_int8 import run_llm_int8
 from precisionlab.ptq.runners.smoothquant import norm_groups, run_smoothquant
-from precisionlab.ptq.structure import linear_names, scale_groups
+from precisionlab.ptq.structure import FOLD_TOLERANCE, fold_check, linear_names, scale_groups
 from precisionlab.ptq.support import (
+    FOLDING,
     METHODS,
     OPTIONS,
     WEIGHT_ONLY,
@@ -78,13 +82,19 @@ def run_method(model: Any, method: str, scheme: str | None, calibration: Sequenc
         check_layer(name, scheme_text, tuple(modules[n].weight.shape))
     start = time.perf_counter()
     meter = MemoryMeter()
-    if name == "awq":
-        result = run_awq(model, name, scheme_text, names, calibration, evaluation, opts, meter, progress,
-                         groups=scale_groups(model, names))
-    elif name == "smoothquant":
-        groups = norm_groups(model, scale_groups(model, names))
-        result = run_smoothquant(model, name, scheme_text, names, calibration, evaluation, opts, meter, progress,
-                                 groups=groups)
+    if name in FOLDING:
+        groups = scale_groups(model, names, method=name)
+        if name == "smoothquant":
+            groups = norm_groups(model, groups)
+        change = fold_check(model, groups, calibration[0])
+        if not change <= FOLD_TOLERANCE:
+            raise ValueError(f"{name}: folding random scales into {len(groups)} group(s) of this model moved its "
+                             f"logits by {change:.3g} (relative), more than {FOLD_TOLERANCE:g}: its folds are not "
+                             "exact, refused")
+        runner = run_awq if name == "awq" else run_smoothquant
+        result = runner(model, name, scheme_text, names, calibration, evaluation, opts, meter, progress,
+                        groups=groups)
+        result.summary["fold_check"] = change
     else:
         result = RUNNERS[name](model, name, scheme_text, names, calibration, evaluation, opts, meter, progress)
     result.seconds = time.perf_counter() - start
