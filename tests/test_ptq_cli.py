@@ -41,6 +41,34 @@ def test_ptq_bad_input_is_one_line_before_loading(run_cli, args: tuple[str, ...]
     one_line_error(run_cli("ptq", "--model", "no-such-model", *args), message)
 
 
+def test_ptq_without_a_method_names_the_choices_in_one_line(run_cli) -> None:  # type: ignore[no-untyped-def]
+    one_line_error(run_cli("ptq", "--model", "no-such-model"),
+                   "--method is required: choose one of rtn, gptq, awq, smoothquant, llm_int8, kivi")
+
+
+def test_every_output_path_is_checked_before_the_model_loads(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """--save into a missing folder, under a file or into a folder that takes no file, and --out under a file:
+    exit 2 and one line, before 'no-such-model' is looked up (it would fail with another message)."""
+    import os
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    base = ("ptq", "--model", "no-such-model", "--method", "gptq", "--scheme", "int4:g128")
+    one_line_error(run_cli(*base, "--save", str(tmp_path / "missing" / "w.safetensors")), "does not exist")
+    one_line_error(run_cli(*base, "--save", str(a_file / "w.safetensors")), "is not a folder")
+    one_line_error(run_cli(*base, "--save", str(tmp_path)), "is a directory")
+    one_line_error(run_cli(*base, "--out", str(a_file / "out")), "cannot write")
+    if os.geteuid() != 0:  # root writes into a read-only folder anyway
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        try:
+            one_line_error(run_cli(*base, "--save", str(locked / "w.safetensors")), "cannot write in")
+        finally:
+            locked.chmod(0o755)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] + (["locked"] if os.geteuid() != 0 else [])
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--target", "int5"), "ladder target must be a bit width"),
     (("--target", "int4:g128"), "ladder target must be a bit width"),

@@ -46,6 +46,24 @@ def parse_blocks(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
+def check_writable_file(path: Path, flag: str) -> None:
+    """ValueError (one line) unless a file can be written at `path`: its folder exists and takes a new file (tried
+    with a temporary file, removed at once), and the path itself is not a folder. Checked before any work."""
+    import tempfile
+
+    folder = path.expanduser().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ValueError(f"{flag} {path}: the folder {folder} {what}")
+    if path.expanduser().is_dir():
+        raise ValueError(f"{flag} {path}: a folder, not a file")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".precisionlab-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
 def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     """KEY=VALUE pairs: numbers, true/false/none, else the text."""
     options: dict[str, Any] = {}
@@ -165,8 +183,8 @@ def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
 @click.command("ptq")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True,
               help="A packaged name (smollm2-135m), a Hugging Face directory or a .gguf file.")
-@click.option("--method", required=True, type=click.Choice(METHOD_NAMES, case_sensitive=False),
-              help="The PTQ method.")
+@click.option("--method", default=None, type=click.Choice(METHOD_NAMES, case_sensitive=False),
+              help="The PTQ method (required).")
 @click.option("--scheme", "-s", default=None,
               help="A quant scheme (int4:g128, int8, e4m3:row ...); llm_int8 is fixed at int8:row, kivi takes "
                    "int2 / int4.")
@@ -193,7 +211,7 @@ def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
               help="Write the quantized weights as a tagged precisionlab .safetensors file (rtn, gptq, awq).")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's own choice).")
 @lab_output_options
-def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, calib_data: str, calib_size: int,
+def COMMAND(model: str, method: str | None, scheme: str | None, blocks: str | None, calib_data: str, calib_size: int,
             settings: tuple[str, ...], eval_tasks: tuple[str, ...], max_drop: float, eval_size: float,
             no_eval: bool, save_path: Path | None, threads: int | None, as_json: bool, out_dir: Path | None) -> None:
     """One PTQ method, layer by layer against RTN, then task-level evaluation of the quantized model."""
@@ -203,6 +221,8 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
     from precisionlab.eval.tasks import check_task_names
     from precisionlab.ptq.support import WEIGHT_ONLY, check_method
 
+    if method is None:  # checked here, not by click, whose message lists the choices over several lines
+        raise ValueError(f"--method is required: choose one of {', '.join(METHOD_NAMES)}")
     method = method.lower()
     options = parse_options(settings)
     canonical = check_method(method, scheme, options)  # before anything loads
@@ -219,6 +239,7 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
         if method not in WEIGHT_ONLY:
             raise ValueError(f"--save writes weights; {method} also quantizes activations or the KV cache at run "
                              "time (save rtn, gptq or awq)")
+        check_writable_file(save_path, "--save")
     calib_docs = calibration_documents(calib_data)
     if calib_data != "builtin":
         check_calibration(calib_docs, task_names)
