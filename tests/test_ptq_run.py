@@ -173,7 +173,7 @@ def test_too_few_tokens_for_a_layer_are_warned_with_the_number_needed(tiny) -> N
 
 @pytest.mark.parametrize(("method", "scheme", "options", "message"), [
     ("gptq", "int4:g32:outliers=1", None, "outliers="),
-    ("gptq", "int4:g32", {"act_order": True}, "static_groups=True"),
+    ("gptq", "int4:g32", {"static_groups": False}, "static_groups=True"),
     ("smoothquant", "int4:g32", None, "W8A8"),
     ("llm_int8", "int4", None, "fixed recipe"),
     ("llm_int8", None, {"token_absmax": "rows"}, "token_absmax must be 'columns' or 'entries'"),

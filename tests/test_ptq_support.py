@@ -155,10 +155,10 @@ def test_gptq_with_an_identity_hessian_is_round_to_nearest_or_refused_over_the_w
             reference = None  # the scheme cannot store this shape: GPTQ must refuse it too
         if got is not None or reference is None:
             with pytest.raises(ValueError):
-                gptq_quantize(w, np.eye(n), text)
+                gptq_quantize(w, np.eye(n), text, act_order=False, static_groups=False)
             refused += 1
             continue
-        variants = [(np.eye(n), {})]
+        variants = [(np.eye(n), {"act_order": False, "static_groups": False})]  # groups fitted on arrival
         if ":" not in text or parse_scheme(text).preset is not None:  # act-order on every element and preset
             variants.append((diagonal, {"act_order": True, "static_groups": True}))
         for h, kwargs in variants:

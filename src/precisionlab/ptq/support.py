@@ -56,8 +56,8 @@ SEQUENTIAL = ("off", "block", "layer")
 
 OPTIONS: dict[str, dict[str, Any]] = {
     "rtn": {},
-    "gptq": {"block_size": 128, "damp": 0.01, "damp_growth": 2.0, "max_damp": 1.0, "act_order": False,
-             "static_groups": False, "dtype": "float32", "sequential": "off"},
+    "gptq": {"block_size": 128, "damp": 0.01, "damp_growth": 2.0, "max_damp": 1.0, "act_order": True,
+             "static_groups": True, "dtype": "float32", "sequential": "off"},
     "awq": {"n_grid": 20, "duo_scaling": True, "clip": True, "objective": "block", "guard": True,
             "module_tokens": 512},
     "smoothquant": {"alpha": DEFAULT_ALPHA, "act_scheme": None, "samples": 512},
@@ -141,7 +141,8 @@ def _gptq(scheme: str | Scheme | None, opts: dict[str, Any]) -> str:
     grouped = s.granularity.value in ("group", "tile", "block", "col")
     if opts["act_order"] and grouped and not opts["static_groups"]:
         raise ValueError(f"act_order with the grouped scheme {s} needs static_groups=True: groups fitted in the "
-                         "permuted order are not the scheme's layout (they need a g_idx)")
+                         "permuted order are not the scheme's layout (they need a g_idx); for groups fitted as the "
+                         "sweep reaches them, set act_order=false too")
     if int(opts["block_size"]) < 1 or not 0 < float(opts["damp"]) <= float(opts["max_damp"]):
         raise ValueError("GPTQ needs block_size >= 1 and 0 < damp <= max_damp")
     if not float(opts["damp_growth"]) > 1:
