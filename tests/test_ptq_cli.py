@@ -243,3 +243,18 @@ def test_ladder_end_to_end_on_smollm2(run_cli, tmp_path: Path) -> None:  # type:
             assert f"ladder.steps.{i}.{key}" in f
         assert f[f"ladder.steps.{i}.ci_low"] <= f[f"ladder.steps.{i}.difference"] <= f[f"ladder.steps.{i}.ci_high"]
     assert {p.name for p in out_dir.iterdir()} >= {"ladder.json", "ladder_difference_bytes.png", "ladder.html"}
+
+
+def test_the_ptq_report_says_when_rtn_already_reproduces_the_weights() -> None:
+    """A scheme whose grid holds the source weights (gguf_q4_1 on SmolLM2): 0 layers 'improved' is not a
+    failure of the method, and the summary says why."""
+    from precisionlab.labs.ptq import ptq_lab
+    from precisionlab.ptq.records import LayerRecord, PTQResult
+
+    layers = [LayerRecord("a", (2, 2), output_error=0.0, rtn_output_error=0.0),
+              LayerRecord("b", (2, 2), output_error=0.1, rtn_output_error=0.2)]
+    lab = ptq_lab(PTQResult("gptq", "gguf_q4_1", layers), {"model": "m"})
+    assert "RTN reproduces 1/2 layers exactly" in lab.summary
+    assert "RTN reproduces" in lab.sections[0].note
+    plain = ptq_lab(PTQResult("gptq", "int4", layers[1:]), {"model": "m"})
+    assert "RTN reproduces" not in plain.summary
