@@ -9,7 +9,8 @@ layer by layer against round-to-nearest, over the quant library's schemes.
 
 Modules, one job each: `activations` (running input statistics, layer-output and relative errors),
 `calibration` (token batches, forward-hook capture), `structure` (blocks, linear layers, scale
-groups and folding), `grid` (a scheme's grid column by column), `gptq`, `awq`, `smoothquant`,
+groups, folding and the fold check), `architectures` (per model type: the scale groups and the norms'
+fold rule), `grid` (a scheme's grid column by column), `gptq`, `awq`, `smoothquant`,
 `llm_int8`, `kivi` (each method's numerics on arrays), `support` (what each method applies to: its
 options and schemes), `records` (LayerRecord, PTQResult), `runners` (one method over a model's layers,
 one module per method), `run` (run_method: checks, then the method's runner), `measure` (time and peak
