@@ -70,6 +70,7 @@ def registry_schemes() -> list[str]:
 
 
 REGISTRY = registry_schemes()
+pytestmark = pytest.mark.filterwarnings("ignore::precisionlab.quant.diagnostics.QuantizationWarning")
 
 
 @pytest.fixture(autouse=True)
