@@ -89,7 +89,8 @@ def bench_layer(size: int, tokens: int) -> None:
     print(f"== GPTQ of one {size} x {size} layer, {tokens} calibration tokens, int4:g128 "
           f"({torch.get_num_threads()} torch threads)")
     small_w, small_h = synthetic_layer(512, 256, seed=1)
-    exact = gptq_quantize(small_w, small_h, "int4:g128", dtype="float64").quantized
+    exact = gptq_quantize(small_w, small_h, "int4:g128", dtype="float64", act_order=False,
+                          static_groups=False).quantized  # the peer sweeps in the natural order
     assert exact is not None
     small = exact.codes[:, :512].astype(np.int16)
     small = np.where(small >= 8, small - 16, small)
@@ -101,7 +102,7 @@ def bench_layer(size: int, tokens: int) -> None:
     with meter.section() as fact:
         inverse_hessian_factor(h)
     with meter.section() as ours:
-        result = gptq_quantize(w, h, "int4:g128")
+        result = gptq_quantize(w, h, "int4:g128", act_order=False, static_groups=False)
     with meter.section() as peer:
         peer_codes = torch_gptq_int4_g128(w, h)
     assert result.quantized is not None and result.weight is not None

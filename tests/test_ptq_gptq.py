@@ -116,7 +116,7 @@ def layer_error(w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> float:
 def test_gptq_equals_the_direct_reference(scheme: str, group: int, asym: bool) -> None:
     w, h = fixed_layer()
     bits = 8 if scheme.startswith("int8") else 4
-    result = gptq_quantize(w, h, scheme, dtype="float64")
+    result = gptq_quantize(w, h, scheme, dtype="float64", act_order=False, static_groups=False)
     assert result.status == "ok" and result.quantized is not None
     codes, scales = reference_gptq(w, h, group, bits=bits, asym=asym)
     mine = signed_codes(result.quantized.codes, bits, w.shape[1])
@@ -138,13 +138,27 @@ def test_dead_columns_are_decoupled_and_rounded_not_zeroed() -> None:
     dead = [5, 77, 200]
     h[dead, :] = 0.0
     h[:, dead] = 0.0
-    result = gptq_quantize(w, h, "int4:g128", dtype="float64")
+    result = gptq_quantize(w, h, "int4:g128", dtype="float64", act_order=False, static_groups=False)
     assert result.dead_columns == 3 and result.weight is not None and result.quantized is not None
     codes, _ = reference_gptq(w, h, 128)
     assert np.array_equal(signed_codes(result.quantized.codes, 4, w.shape[1]), codes)
     # a dead column's own rounding moves nothing, and its weights keep their (rounded) values
     assert np.count_nonzero(result.weight[:, dead]) > 0
     assert np.isfinite(result.weight).all()
+
+
+def test_the_default_is_act_order_with_static_groups_and_beats_the_natural_order() -> None:
+    """The default equals the reference with act-order and static groups, and on these correlated inputs
+    with channels of very different scales lowers the layer error below the paper's natural order."""
+    w, h = fixed_layer(seed=13)
+    default = gptq_quantize(w, h, "int4:g64", dtype="float64")
+    assert default.options["act_order"] and default.options["static_groups"] and default.quantized is not None
+    order = np.argsort(-np.diag(h), kind="stable")
+    codes, _ = reference_gptq(w, h, 64, order=order, static_groups=True)
+    assert np.array_equal(signed_codes(default.quantized.codes, 4, w.shape[1]), codes)
+    natural = gptq_quantize(w, h, "int4:g64", dtype="float64", act_order=False, static_groups=False)
+    assert default.weight is not None and natural.weight is not None
+    assert layer_error(w, default.weight, h) < layer_error(w, natural.weight, h)
 
 
 def test_float32_sweep_matches_float64_on_nearly_every_code() -> None:
@@ -209,7 +223,8 @@ def test_a_layer_that_cannot_be_factorised_is_reported_failed_not_rounded() -> N
 @pytest.mark.parametrize(("scheme", "kwargs", "message"), [
     ("int4:g128:outliers=2", {}, "outliers="),
     ("int4:g32:axis=0", {}, "axis"),
-    ("int4:g32", {"act_order": True}, "static_groups=True"),
+    ("gguf_q4_k", {}, "super-block"),
+    ("int4:g32", {"static_groups": False}, "static_groups=True"),  # act_order is the default
     ("int4:g128", {"block_size": 0}, "block_size"),
     ("int4:g128", {"damp": 0.0}, "damp"),
     ("int4:g128", {"dtype": "float16"}, "dtype"),
@@ -218,6 +233,12 @@ def test_schemes_and_options_that_do_not_apply_are_refused(scheme: str, kwargs: 
     w, h = fixed_layer(m=8, n=64, tokens=128)
     with pytest.raises(ValueError, match=message):
         gptq_quantize(w, h, scheme, **kwargs)
+
+
+def test_a_gguf_row_that_is_not_whole_blocks_is_refused() -> None:
+    w, h = fixed_layer(m=8, n=48, tokens=128)  # 48 inputs: one block of 32 and a partial one
+    with pytest.raises(ValueError, match="whole blocks of 32"):
+        gptq_quantize(w, h, "gguf_q4_1")
 
 
 def test_bad_hessians_are_refused() -> None:
@@ -234,8 +255,8 @@ def test_bad_hessians_are_refused() -> None:
 
 def test_act_order_on_a_per_row_scheme_needs_no_static_groups() -> None:
     w, h = fixed_layer()
-    plain = gptq_quantize(w, h, "int8:row")
-    ordered = gptq_quantize(w, h, "int8:row", act_order=True)
+    plain = gptq_quantize(w, h, "int8:row", act_order=False, static_groups=False)
+    ordered = gptq_quantize(w, h, "int8:row", act_order=True, static_groups=False)
     assert plain.weight is not None and ordered.weight is not None
     rtn = layer_error(w, quantize(w, "int8:row").dequantize(), h)
     assert layer_error(w, ordered.weight, h) < rtn and layer_error(w, plain.weight, h) < rtn

@@ -92,6 +92,10 @@ def test_kivi_applies_to_int4_and_int2_only() -> None:
     assert kivi_config("int4").bits == 4 and kivi_config("int2").bits == 2
     with pytest.raises(ValueError, match="2 or 4 bits"):
         kivi_config("int8")
+    # a granularity or an option was silently dropped (int4:g128 ran as KIVI int4 with groups of 32)
+    for scheme in ("int4:g128", "int4:asym", "int2:row"):
+        with pytest.raises(ValueError, match="bit width only"):
+            kivi_config(scheme)
 
 
 # --------------------------------------------------------------------------- the cache

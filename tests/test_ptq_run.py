@@ -1,5 +1,5 @@
 """run_method end to end on small models built here (a tiny random Llama, a plain nn.Module): records,
-findings keys, apply, folding, calibration capture and the bad-input errors. No download."""
+findings keys, apply_result, folding, calibration capture and the bad-input errors. No download."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PTQ on a model needs torch")
 transformers = pytest.importorskip("transformers", reason="the tiny Llama is a transformers model")
 
-from precisionlab.ptq import CalibrationWarning, capture, run_method  # noqa: E402
+from precisionlab.ptq import CalibrationWarning, apply_result, capture, run_method  # noqa: E402
 from precisionlab.ptq.structure import ScaleGroup, fold_scales, linear_names, scale_groups  # noqa: E402
 from precisionlab.quant import quantize  # noqa: E402
 from tests.model_helpers import tiny_llama  # noqa: E402
@@ -85,7 +85,7 @@ def test_apply_writes_the_stored_weights(tiny) -> None:  # type: ignore[no-untyp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
         result = run_method(model, "gptq", "int4:g32", batches(), blocks=[0])
-    result.apply(model)
+    apply_result(model, result)
     modules = dict(model.named_modules())
     for name, q in result.quantized.items():
         assert np.array_equal(modules[name].weight.detach().numpy(), q.dequantize())
@@ -93,7 +93,7 @@ def test_apply_writes_the_stored_weights(tiny) -> None:  # type: ignore[no-untyp
         warnings.simplefilter("ignore", CalibrationWarning)
         sq = run_method(model, "smoothquant", "int8", batches(1), blocks=[0])
     with pytest.raises(ValueError, match="activations"):
-        sq.apply(model)
+        apply_result(model, sq)
 
 
 def test_awq_apply_folds_scales_and_quantizes(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -106,7 +106,7 @@ def test_awq_apply_folds_scales_and_quantizes(tiny) -> None:  # type: ignore[no-
         result = run_method(model, "awq", "int4:g32", batches(), blocks=[0])
     folds = {group.prev: scales for group, scales in result.folds}
     assert "model.layers.0.input_layernorm" in folds
-    result.apply(model)
+    apply_result(model, result)
     modules = dict(model.named_modules())
     norm = modules["model.layers.0.input_layernorm"].weight.detach().double().numpy()
     scales = folds["model.layers.0.input_layernorm"]
@@ -173,12 +173,16 @@ def test_too_few_tokens_for_a_layer_are_warned_with_the_number_needed(tiny) -> N
 
 @pytest.mark.parametrize(("method", "scheme", "options", "message"), [
     ("gptq", "int4:g32:outliers=1", None, "outliers="),
-    ("gptq", "int4:g32", {"act_order": True}, "static_groups=True"),
+    ("gptq", "int4:g32", {"static_groups": False}, "static_groups=True"),
     ("smoothquant", "int4:g32", None, "W8A8"),
     ("llm_int8", "int4", None, "fixed recipe"),
     ("llm_int8", None, {"token_absmax": "rows"}, "token_absmax must be 'columns' or 'entries'"),
     ("llm_int8", None, {"outlier_weights": "bf16"}, "outlier_weights must be 'int8' or 'fp16'"),
     ("kivi", "int8", None, "2 or 4 bits"),
+    ("kivi", "int4:g64", None, "bit width only"),
+    ("llm_int8", "int8:row:range=full", None, "fixed recipe"),
+    ("gptq", "gguf_q4_k", None, "super-block"),
+    ("rtn", "gguf_q4_k", None, "whole blocks of 256"),  # 64 inputs: refused before any capture
     ("gptq", None, None, "needs a scheme"),
     ("qat", "int4", None, "unknown PTQ method"),
     ("gptq", "int4:g32", {"damping": 0.1}, "unknown option 'damping'"),

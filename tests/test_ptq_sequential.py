@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PTQ on a model needs torch")
 pytest.importorskip("transformers", reason="the tiny Llama is a transformers model")
 
-from precisionlab.ptq import CalibrationWarning, run_method  # noqa: E402
+from precisionlab.ptq import CalibrationWarning, apply_result, run_method  # noqa: E402
 from precisionlab.ptq.structure import linear_names  # noqa: E402
 from tests.model_helpers import tiny_llama  # noqa: E402
 
@@ -48,7 +48,7 @@ def by_hand(model, stages):  # type: ignore[no-untyped-def]
     out = {}
     for stage in stages:
         result = gptq(work, stage)
-        result.apply(work)
+        apply_result(work, result)
         out.update({n: (q.packed.copy(), q.scale_values.copy()) for n, q in result.quantized.items()})
     return out
 
@@ -105,7 +105,7 @@ def test_held_out_errors_are_measured_on_the_same_partly_quantized_model(tiny) -
     assert result.evaluation_tokens == 128 and result.calibration_tokens == 256
     # by hand: block 1's held-out error on the model with block 0 quantized
     work = copy.deepcopy(tiny)
-    gptq(work, linear_names(tiny, [0])).apply(work)
+    apply_result(work, gptq(work, linear_names(tiny, [0])))
     expected = gptq(work, linear_names(tiny, [1]), evaluation=held_out)
     for r, e in zip(result.layers[7:], expected.layers, strict=True):
         assert r.name == e.name
@@ -114,12 +114,12 @@ def test_held_out_errors_are_measured_on_the_same_partly_quantized_model(tiny) -
 
 
 def test_the_model_is_restored_when_a_stage_fails(tiny, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from precisionlab.ptq import run as run_mod
+    from precisionlab.ptq.runners import common
 
     model = copy.deepcopy(tiny)
     before = state(model)
     calls = []
-    real = run_mod._captures
+    real = common.captures
 
     def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(1)
@@ -127,7 +127,7 @@ def test_the_model_is_restored_when_a_stage_fails(tiny, monkeypatch) -> None:  #
             raise RuntimeError("stage failed (test)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(run_mod, "_captures", failing)
+    monkeypatch.setattr(common, "captures", failing)
     with pytest.raises(RuntimeError, match="stage failed"):
         gptq(model, linear_names(model, [0, 1]), "layer")
     after = state(model)

@@ -46,6 +46,24 @@ def parse_blocks(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
+def check_writable_file(path: Path, flag: str) -> None:
+    """ValueError (one line) unless a file can be written at `path`: its folder exists and takes a new file (tried
+    with a temporary file, removed at once), and the path itself is not a folder. Checked before any work."""
+    import tempfile
+
+    folder = path.expanduser().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ValueError(f"{flag} {path}: the folder {folder} {what}")
+    if path.expanduser().is_dir():
+        raise ValueError(f"{flag} {path}: a folder, not a file")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".precisionlab-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
 def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     """KEY=VALUE pairs: numbers, true/false/none, else the text."""
     options: dict[str, Any] = {}
@@ -165,8 +183,8 @@ def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
 @click.command("ptq")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True,
               help="A packaged name (smollm2-135m), a Hugging Face directory or a .gguf file.")
-@click.option("--method", required=True, type=click.Choice(METHOD_NAMES, case_sensitive=False),
-              help="The PTQ method.")
+@click.option("--method", default=None, type=click.Choice(METHOD_NAMES, case_sensitive=False),
+              help="The PTQ method (required).")
 @click.option("--scheme", "-s", default=None,
               help="A quant scheme (int4:g128, int8, e4m3:row ...); llm_int8 is fixed at int8:row, kivi takes "
                    "int2 / int4.")
@@ -196,7 +214,7 @@ def warning_lines(caught: list[warnings.WarningMessage]) -> list[str]:
               help="Also measure decode and prefill tokens/s of the method's stored codes on a real kernel, against "
                    "the float model (weight-only methods with a kernel scheme, e.g. int4:g128:scale=bf16).")
 @lab_output_options
-def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, calib_data: str, calib_size: int,
+def COMMAND(model: str, method: str | None, scheme: str | None, blocks: str | None, calib_data: str, calib_size: int,
             settings: tuple[str, ...], eval_tasks: tuple[str, ...], max_drop: float, eval_size: float,
             no_eval: bool, save_path: Path | None, threads: int | None, speed: bool, as_json: bool,
             out_dir: Path | None) -> None:
@@ -205,8 +223,10 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
     from precisionlab.eval.data import task_sizes
     from precisionlab.eval.runner import check_max_drop
     from precisionlab.eval.tasks import check_task_names
-    from precisionlab.ptq.run import WEIGHT_ONLY, check_method
+    from precisionlab.ptq.support import WEIGHT_ONLY, check_method
 
+    if method is None:  # checked here, not by click, whose message lists the choices over several lines
+        raise ValueError(f"--method is required: choose one of {', '.join(METHOD_NAMES)}")
     method = method.lower()
     options = parse_options(settings)
     canonical = check_method(method, scheme, options)  # before anything loads
@@ -223,6 +243,7 @@ def COMMAND(model: str, method: str, scheme: str | None, blocks: str | None, cal
         if method not in WEIGHT_ONLY:
             raise ValueError(f"--save writes weights; {method} also quantizes activations or the KV cache at run "
                              "time (save rtn, gptq or awq)")
+        check_writable_file(save_path, "--save")
     calib_docs = calibration_documents(calib_data)
     if calib_data != "builtin":
         check_calibration(calib_docs, task_names)
@@ -321,13 +342,15 @@ def save_weights(result: Any, path: Path, progress: Any = None) -> None:
     """result.quantized as a tagged safetensors file (quant.safetensors_io). AWQ's quantized weights are in the
     folded coordinates: the norm weights and previous rows the scales fold into are written beside them, unquantized
     (PassThrough, reason 'folded AWQ scales')."""
+    from precisionlab.ptq.architectures import ONE_PLUS
     from precisionlab.quant.safetensors_io import PassThrough, save_quantized
 
     passthrough: dict[str, PassThrough] = {}
     for group, scales in result.folds:
+        rule = "1 + its weight is divided by them" if group.norm_rule == ONE_PLUS else "is divided by them"
         passthrough[f"{group.prev}.awq_scales"] = PassThrough(
             "F64", scales.astype("float64"),
-            f"folded AWQ scales: {group.prev} is divided by them, {', '.join(group.layers)} multiplied")
+            f"folded AWQ scales: {group.prev} {rule}, {', '.join(group.layers)} multiplied")
     save_quantized(path, dict(result.quantized), passthrough)
     if progress is not None:
         progress.note(f"saved {len(result.quantized)} layers to {path}")

@@ -67,6 +67,13 @@ def ptq_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
     figures: list[Figure] = []
     text = (f"{m} {result.scheme}: {findings[f'ptq.{m}.layers_improved']}/{findings[f'ptq.{m}.layers_total']} "
             f"layers below the baseline, mean ratio {_fmt(findings[f'ptq.{m}.output_error_ratio'])}")
+    exact = [r for r in result.layers if r.rtn_output_error == 0]
+    if m in ("gptq", "awq") and exact:
+        aligned = (f"RTN reproduces {len(exact)}/{len(result.layers)} layers exactly: the scheme's grid already "
+                   "holds their weights (a model stored on that grid, as SmolLM2 is on Q4_1), so there is nothing "
+                   "to improve there")
+        text = f"{text}; {aligned}"
+        layers.note += f" {aligned}."
     if evaluation is not None:
         from precisionlab.labs.eval import result_from_run
 

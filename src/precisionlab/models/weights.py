@@ -35,9 +35,16 @@ are copied into the weight's own storage; `restore()` reads the files back into 
 error). The model is then held once: a weight memory-mapped from a checkpoint (transformers'
 safetensors loading, private and copy-on-write) trades its file pages for the written ones.
 
-Errors per layer (sums in float64): rel_err = ||W_hat - W|| / ||W||, SQNR = 10 log10(sum W^2 / sum (W_hat - W)^2);
-the report's totals pool the sums over the quantized layers. `unchanged` marks a layer the
-scheme reproduced bit for bit: its grid already holds the weights (see models.loading's grid caveat).
+Errors per layer (`layer_errors`, sums in float64): rel_err = ||W_hat - W|| / ||W||,
+SQNR = 10 log10(sum W^2 / sum (W_hat - W)^2); the report's totals pool the sums over the quantized
+layers. `unchanged` marks a layer the scheme reproduced bit for bit: its grid already holds the weights
+(see models.loading's grid caveat).
+
+Undoing (`Undo`). A report carries what it replaced: each weight with its original (a tensor, or the
+Path of its spill file), and the steps to run before the weights go back (another installer's
+forward-time behaviour: ptq.install). `restore()` runs them. A report built by another installer passes
+its own `Undo` (and, where a layer-output error must not compare against the original, `references`
+and `output_scales`).
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import contextlib
 import fnmatch
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +106,51 @@ class LayerRecord:
         return 8.0 * self.nbytes / self.elements
 
 
+class Undo:
+    """What a report replaced and how to put it back.
+
+        undo = Undo([(parameter, original), ...])   original: a tensor, or the Path of the safetensors file
+                                                    holding it (spilled)
+        undo.first(step)                            a step restore() runs before the weights go back
+                                                    (last added, first run)
+        undo.replaced / undo.original(parameter) / undo.restore()
+
+    restore() is idempotent: an in-memory original becomes the parameter's data again; a spilled one is read
+    and copied into the parameter's storage, and its file removed."""
+
+    def __init__(self, weights: list[tuple[Any, Any]] | None = None) -> None:
+        self._weights: list[tuple[Any, Any]] = list(weights or [])
+        self._steps: list[Callable[[], Any]] = []
+
+    def first(self, step: Callable[[], Any]) -> None:
+        """Run `step()` at restore, before the weights go back (steps run in reverse order of adding)."""
+        self._steps.append(step)
+
+    @property
+    def replaced(self) -> list[Any]:
+        return [parameter for parameter, _ in self._weights]
+
+    def original(self, parameter: Any) -> Any:
+        """The original tensor of a replaced weight (read from its file when spilled); KeyError otherwise."""
+        for param, original in self._weights:
+            if param is parameter:
+                return _read_spilled(original) if isinstance(original, Path) else original
+        raise KeyError("this parameter was not replaced by the report's scheme")
+
+    @property
+    def originals(self) -> list[tuple[Any, Any]]:
+        return [(param, _read_spilled(original) if isinstance(original, Path) else original)
+                for param, original in self._weights]
+
+    def restore(self) -> None:
+        try:
+            while self._steps:
+                self._steps.pop()()
+        finally:
+            _put_back(self._weights)
+            self._weights.clear()
+
+
 @dataclass
 class QuantizationReport:
     """What quantize_weights did: per-layer records, honest bytes, pooled errors; `restore()` undoes it."""
@@ -109,8 +161,13 @@ class QuantizationReport:
     reference_bytes: int
     """Every parameter at its stored width (the model before quantization)."""
     seconds: float
-    _originals: list[tuple[Any, Any]] = field(default_factory=list, repr=False)
-    """(parameter, its original tensor, or the Path of the file holding it when spilled)."""
+    undo: Undo = field(default_factory=Undo, repr=False)
+    """The replaced weights with their originals, and the steps restore() runs first."""
+    references: dict[int, Any] = field(default_factory=dict, repr=False)
+    """id(parameter) -> the weight a layer-output error compares a replaced one against, where it is not the
+    original (a folded layer: its original weight in the folded coordinates; ptq.install.folded_references)."""
+    output_scales: dict[int, Any] = field(default_factory=dict, repr=False)
+    """id(parameter) -> r, for a layer whose output rows a fold divided by r (`output_scale`)."""
 
     @property
     def quantized(self) -> list[LayerRecord]:
@@ -169,31 +226,28 @@ class QuantizationReport:
     @property
     def replaced(self) -> list[Any]:
         """Every weight parameter replaced and not yet restored."""
-        return [parameter for parameter, _ in self._originals]
+        return self.undo.replaced
 
     def original(self, parameter: Any) -> Any:
-        """The original tensor of a replaced weight (read from its file when spilled); KeyError otherwise."""
-        for param, original in self._originals:
-            if param is parameter:
-                return _read_spilled(original) if isinstance(original, Path) else original
-        raise KeyError("this parameter was not replaced by the report's scheme")
+        """What a layer-output error compares a replaced weight against: its `references` entry, else its
+        original tensor (read from its file when spilled); KeyError for a weight not replaced."""
+        reference = self.references.get(id(parameter))
+        return reference if reference is not None else self.undo.original(parameter)
 
     def output_scale(self, parameter: Any) -> Any:
         """Per output channel, what turns the layer's output back into the original model's coordinates
-        (None: it is in them). A plain quantization changes no coordinates."""
-        return None
+        (None: it is in them; a plain quantization changes no coordinates)."""
+        return self.output_scales.get(id(parameter))
 
     @property
     def originals(self) -> list[tuple[Any, Any]]:
         """(parameter, its original tensor) for every weight replaced and not yet restored (spilled ones are
         read back: prefer `original(parameter)` one at a time)."""
-        return [(param, _read_spilled(original) if isinstance(original, Path) else original)
-                for param, original in self._originals]
+        return self.undo.originals
 
     def restore(self) -> None:
-        """Put the original weights back (idempotent); a spilled one is copied back into its storage."""
-        _put_back(self._originals)
-        self._originals.clear()
+        """Undo everything (idempotent): the undo steps first, then the original weights back."""
+        self.undo.restore()
 
 
 # --------------------------------------------------------------------------- selection
@@ -279,7 +333,8 @@ def quantize_weights(model: Any, scheme: str, include: Sequence[str] = (),
     parameters = unique_parameters(module_tree)
     reference = sum(p.numel() * p.element_size() for p in parameters)
     model_bytes = sum(quantized_bytes.get(id(p), p.numel() * p.element_size()) for p in parameters)
-    return QuantizationReport(canonical, records, model_bytes, reference, time.perf_counter() - start, originals)
+    return QuantizationReport(canonical, records, model_bytes, reference, time.perf_counter() - start,
+                              Undo(originals))
 
 
 def _quantize_one(name: str, kind: str, weight: Any, scheme: str) -> tuple[LayerRecord, Any]:
@@ -295,9 +350,7 @@ def _quantize_one(name: str, kind: str, weight: Any, scheme: str) -> tuple[Layer
         return LayerRecord(name, kind, shape, source_bytes, source_bytes, False, note=str(exc)), None
     values = q.dequantize()
     reference = matrix.float().numpy()
-    signal, noise = _sums(reference, values)
-    rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
-    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    rel, sqnr, signal, noise = layer_errors(reference, values)
     unchanged = bool(np.array_equal(values, reference))
     new = torch.from_numpy(values)
     if kind == CONV1D:
@@ -341,6 +394,16 @@ def _put_back(originals: list[tuple[Any, Any]]) -> None:
             original.unlink(missing_ok=True)
         else:
             parameter.data = original
+
+
+def layer_errors(reference: np.ndarray, values: np.ndarray) -> tuple[float, float, float, float]:
+    """(rel_err, SQNR in dB, sum W^2, sum (W_hat - W)^2) of a layer's new values against its original ones
+    (the sums by `_sums`): rel_err = sqrt(noise / signal) (0 when both are 0, inf for noise over a zero
+    weight), SQNR = 10 log10(signal / noise) (inf without noise, -inf for noise over a zero weight)."""
+    signal, noise = _sums(reference, values)
+    rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
+    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    return rel, sqnr, signal, noise
 
 
 def _sums(reference: np.ndarray, values: np.ndarray) -> tuple[float, float]:

@@ -137,11 +137,22 @@ def squared_error(d: np.ndarray, xtx32: np.ndarray) -> float:
 
 
 def relative_error(reference: Any, approx: Any) -> float:
-    """||approx - reference||_F / ||reference||_F in float64 (0 / 0 = 0)."""
+    """||approx - reference||_F / ||reference||_F in float64 (`ratio`'s rule for a zero reference)."""
     r = as_numpy(reference, np.float64)
     a = as_numpy(approx, np.float64)
-    den = float(np.linalg.norm(r))
-    num = float(np.linalg.norm(a - r))
+    return ratio(float(np.linalg.norm(a - r)), float(np.linalg.norm(r)))
+
+
+def relative_squared_error(reference: Any, approx: Any) -> float:
+    """||approx - reference||_F^2 / ||reference||_F^2 in float64 (sums of squares; `ratio`'s rule)."""
+    r = as_numpy(reference, np.float64)
+    a = as_numpy(approx, np.float64)
+    return ratio(float(np.sum((a - r) ** 2)), float(np.sum(r**2)))
+
+
+def ratio(num: float, den: float) -> float:
+    """num / den of two non-negative error norms; over a zero reference 0 / 0 = 0 (nothing to get wrong, nothing
+    wrong) and x / 0 = inf for x > 0 (an error on a zero output is unbounded, never hidden)."""
     if den == 0:
         return 0.0 if num == 0 else float("inf")
     return num / den

@@ -37,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.ptq.activations import InputStatistics, squared_error
+from precisionlab.ptq.activations import InputStatistics, LayerOutputError, squared_error
 from precisionlab.ptq.peers import as_numpy
 from precisionlab.quant import quantize
 from precisionlab.quant.blocks import layout
 from precisionlab.quant.scheme import Granularity, Scheme, parse_scheme
+from precisionlab.quant.tensor import QuantizedTensor
 
 N_GRID = 20
 CLIP_GRID = 20
@@ -220,3 +221,28 @@ def unscale(weight: np.ndarray, col_scales: np.ndarray | None, row_scales: np.nd
     if row_scales is not None:
         w = w * np.asarray(row_scales, dtype=np.float64)[:, None]
     return w
+
+
+def quantize_layer(weight: np.ndarray, scheme: Scheme, col_scales: np.ndarray | None, row_scales: np.ndarray | None,
+                   layer_error: LayerOutputError, clip: bool,
+                   name: str = "") -> tuple[QuantizedTensor, np.ndarray, np.ndarray | None]:
+    """(stored weight, effective weight, clip ratios or None) of one layer after the folds.
+
+    The stored weight is quant.quantize of diag(1/r) W diag(c) (clipped first where clipping applies and
+    lowers the layer's whole output error, `layer_error` of the effective weight); the effective weight is
+    its dequantized value back in the original coordinates, diag(r) W_q diag(1/c) (float64)."""
+    folded = rescale(weight, col_scales, row_scales)
+    q = quantize(folded, scheme)
+    w_eff = unscale(q.dequantize(), col_scales, row_scales)
+    ratios = None
+    if clip and clip_applies(scheme, folded.shape) and not avoid_clipping(name):
+        stats = layer_error.stats
+        xtx = stats.xtx if col_scales is None else stats.xtx / np.outer(col_scales, col_scales)
+        clipped, ratios = search_clip(folded, xtx, scheme)
+        q_clip = quantize(clipped, scheme)
+        eff_clip = unscale(q_clip.dequantize(), col_scales, row_scales)
+        if layer_error(eff_clip) < layer_error(w_eff):
+            q, w_eff = q_clip, eff_clip
+        else:
+            ratios = np.ones_like(ratios)
+    return q, w_eff, ratios

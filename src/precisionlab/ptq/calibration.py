@@ -193,7 +193,7 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
                 fired.clear()
                 seen_inputs.clear()
                 with contextlib.suppress(_Stop):
-                    _run_batch(model, batch, accepts)
+                    run_batch(model, batch, accepts)
                 tokens += _token_count(batch)
                 first_batch[0] = False
                 if progress is not None:
@@ -209,11 +209,13 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
     return Capture(stats, shared, inputs, tokens)
 
 
-def _run_batch(model: Any, batch: Any, accepts: set[str]) -> None:
-    """One forward pass: a recorded call as it is, or the model on token ids (a dict may add a mask)."""
+def run_batch(model: Any, batch: Any, accepts: set[str] | None = None) -> Any:
+    """One forward pass, its output: a recorded call as it is, or the model on token ids (a dict may add a mask),
+    without a KV cache where the forward takes `use_cache` (`accepts`: the forward's keywords, found when None)."""
     if isinstance(batch, ModuleCall):
-        batch.run()
-        return
+        return batch.run()
+    if accepts is None:
+        accepts = forward_parameters(model)
     ids = batch["input_ids"] if isinstance(batch, dict) else batch
     mask = batch.get("attention_mask") if isinstance(batch, dict) else None
     extra: dict[str, Any] = {}
@@ -221,7 +223,7 @@ def _run_batch(model: Any, batch: Any, accepts: set[str]) -> None:
         extra["use_cache"] = False
     if mask is not None:
         extra["attention_mask"] = mask
-    model(ids, **extra)
+    return model(ids, **extra)
 
 
 def _token_count(batch: Any) -> int:

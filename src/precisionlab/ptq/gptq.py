@@ -28,11 +28,13 @@ Details that matter (and where this differs from the reference code, why):
   tried again, up to `max_damp` (100% of mean(diag H)); the damping actually used is
   returned. If it still fails, the result says so (status "failed") and holds no weight:
   never a silent fallback to round-to-nearest.
-- Group scales are fitted from the current (already updated) values of a group's columns when
-  the sweep reaches its first column. With `act_order` the sweep visits columns out of order,
-  so a grouped scheme needs `static_groups=True` (every group fitted from the original weight
-  before the sweep, as the reference code does): groups of consecutive columns in the permuted
-  order would need a g_idx table, which is not the scheme's layout.
+- The default is act-order with static groups (as llm-compressor's GPTQModifier defaults to
+  actorder="static"): columns swept by decreasing diag H, every group's scales fitted from the
+  original weight before the sweep, the stored layout unchanged. With act_order=False and
+  static_groups=False (the paper's order) a group's scales are fitted from the current (already
+  updated) values of its columns when the sweep reaches its first column. act_order with
+  static_groups=False on a grouped scheme is refused: groups of consecutive columns in the
+  permuted order would need a g_idx table, which is not the scheme's layout.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ def prepare_hessian(hessian: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def gptq_quantize(weight: Any, hessian: Any, scheme: str | Scheme, *, block_size: int = DEFAULT_BLOCK,
                   damp: float = DEFAULT_DAMP, damp_growth: float = DAMP_GROWTH, max_damp: float = MAX_DAMP,
-                  act_order: bool = False, static_groups: bool = False, dtype: str = "float32") -> GPTQResult:
+                  act_order: bool = True, static_groups: bool = True, dtype: str = "float32") -> GPTQResult:
     """GPTQ of one (out, in) weight under `scheme` with the layer's input Hessian (see the module docstring).
 
     `dtype` is the working precision of the sweep ("float32", as the reference, or "float64");

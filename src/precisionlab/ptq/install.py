@@ -4,8 +4,11 @@
     ...                      # the model now computes with the new weights
     report.restore()         # every changed parameter back, bit for bit
 
+    apply_result(model, result)    # a weight-only PTQResult written into the model for good
+    write_weights(model, result)   # the weight part of any PTQResult (its folds, its dequantized weights)
+
 `change(model)` writes whatever it writes in place (a PTQResult's dequantized weights and AWQ's
-folds, the ladder's outlier-column weights); every parameter is snapshotted first and only the
+folds: `write_weights`; the ladder's outlier-column weights); every parameter is snapshotted first and only the
 ones that changed are kept to restore. The report is a `models.weights.QuantizationReport`, the
 record the evaluation reads for any candidate: one record per layer named in `stored_bytes`
 (its bytes as stored: codes, scales, zero points, padding and kept fp16 columns), errors of the
@@ -16,7 +19,8 @@ every other parameter at its stored width, each tensor once.
     candidate = ptq_candidate(result)    # an eval Candidate that installs a PTQResult
 
 A method that changes the forward computation installs that too, as `forward(model)`, a context
-manager entered after the weights are written and exited by `restore()` before they go back:
+manager entered after the weights are written and exited by `restore()` before they go back (an
+undo step of the report's `models.weights.Undo`):
 
     rtn, gptq, awq   weights only (and AWQ's folds into the norms)
     smoothquant      the smoothing scales folded into the norms, the W8A8 weights (in the folded
@@ -36,47 +40,20 @@ manager entered after the weights are written and exited by `restore()` before t
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from precisionlab.models.weights import QuantizationReport
+from precisionlab.models.weights import LayerRecord, QuantizationReport, Undo, layer_errors
 from precisionlab.ptq.peers import require_torch
 
 Forward = Callable[[Any], AbstractContextManager[Any]]
 KIVI_PREFILL = 1
 """Tokens prefilled in full precision before KIVI's decoding starts: the sequence's first (BOS / prefix) token."""
-
-
-@dataclass
-class InstalledReport(QuantizationReport):
-    """A QuantizationReport whose restore() first exits the installed forward-time behaviour."""
-
-    _forward: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
-    _references: dict[int, Any] = field(default_factory=dict, repr=False)
-    """id(parameter) -> the weight a layer-output error compares against, where it is not the original: a
-    folded layer's original weight in the folded coordinates (`folded_references`)."""
-    _output_scales: dict[int, Any] = field(default_factory=dict, repr=False)
-    """id(parameter) -> r, for a layer whose output rows a fold divided by r (AWQ's v_proj, up_proj)."""
-
-    def original(self, parameter: Any) -> Any:
-        reference = self._references.get(id(parameter))
-        return reference if reference is not None else super().original(parameter)
-
-    def output_scale(self, parameter: Any) -> Any:
-        return self._output_scales.get(id(parameter))
-
-    def restore(self) -> None:
-        try:
-            self._forward.close()
-        finally:
-            super().restore()
 
 
 def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str, int], label: str,
@@ -112,26 +89,24 @@ def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str
         bytes_by_param[id(weight)] = int(nbytes)
     reference = sum(p.numel() * p.element_size() for p in parameters)
     model_bytes = sum(bytes_by_param.get(id(p), p.numel() * p.element_size()) for p in parameters)
-    report = InstalledReport(label, records, model_bytes, reference, time.perf_counter() - start,
-                             _originals=changed)
+    undo = Undo(changed)
+    report = QuantizationReport(label, records, model_bytes, reference, time.perf_counter() - start, undo)
     if forward is not None:
+        behaviour = contextlib.ExitStack()
+        undo.first(behaviour.close)
         try:
-            report._forward.enter_context(forward(model))
+            behaviour.enter_context(forward(model))
         except BaseException:
             report.restore()
             raise
     return report
 
 
-def _record(name: str, kind: str, old: Any, new: Any, nbytes: int) -> Any:
-    from precisionlab.models.weights import LayerRecord
-
-    reference = old.float().numpy().astype(np.float64)
-    values = new.float().numpy().astype(np.float64)
-    signal = float(np.sum(reference * reference))
-    noise = float(np.sum((values - reference) ** 2))
-    rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
-    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+def _record(name: str, kind: str, old: Any, new: Any, nbytes: int) -> LayerRecord:
+    """The layer's record: its errors against the original (`models.weights.layer_errors`), stored bytes."""
+    reference = old.float().numpy()
+    values = new.float().numpy()
+    rel, sqnr, signal, noise = layer_errors(reference, values)
     return LayerRecord(name, kind, tuple(int(d) for d in old.shape), old.numel() * old.element_size(), nbytes, True,
                        rel, sqnr, signal, noise, unchanged=bool(noise == 0 and np.array_equal(values, reference)))
 
@@ -145,7 +120,7 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
 
     name = label or f"{result.method}:{result.scheme}"
     forward = forward_behaviour(result)
-    change = (lambda model: None) if result.method == "kivi" else result.apply_weights
+    change = (lambda model: None) if result.method == "kivi" else (lambda model: write_weights(model, result))
 
     def prepare(model: Any, include: Sequence[str], exclude: Sequence[str] | None) -> Any:
         behaviour = forward
@@ -160,15 +135,46 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
 
 def install_result(model: Any, result: Any, change: Callable[[Any], None], label: str,
                    forward: Forward | None = None, stored_bytes: Mapping[str, int] | None = None) -> Any:
-    """`install` of a PTQResult: its layers at their stored bytes (`stored_bytes`, by default every quantized
-    layer's `nbytes`), with the references a folded result's layer-output errors need (`folded_references`,
-    taken before anything is written)."""
+    """`install` of a PTQResult (`change` writes it, e.g. `write_weights`): its layers at their stored bytes
+    (`stored_bytes`, by default every quantized layer's `nbytes`), with the references a folded result's
+    layer-output errors need (`folded_references`, taken before anything is written)."""
     references, output_scales = folded_references(model, result)
     stored = stored_bytes if stored_bytes is not None else {n: q.nbytes for n, q in result.quantized.items()}
     report = install(model, change, stored, label, forward)
-    report._references.update(references)
-    report._output_scales.update(output_scales)
+    report.references.update(references)
+    report.output_scales.update(output_scales)
     return report
+
+
+def apply_result(model: Any, result: Any) -> None:
+    """Write a weight-only result (rtn, gptq, awq) into the model in place, for good: AWQ's folds, then every
+    quantized layer's dequantized weight (what a kernel reading the stored weight computes with).
+
+    The other methods also quantize activations or the KV cache at run time, which this does not install:
+    ValueError (`ptq_candidate` installs both, reversibly)."""
+    from precisionlab.ptq.support import WEIGHT_ONLY
+
+    if result.method not in WEIGHT_ONLY:
+        raise ValueError(f"apply writes weights; {result.method} also quantizes activations or the KV cache at run "
+                         "time, which needs the model's activation / KV-cache hooks (ptq.install.ptq_candidate "
+                         "installs both)")
+    write_weights(model, result)
+
+
+def write_weights(model: Any, result: Any) -> None:
+    """The weight part of any method's result, in place: the folds (AWQ's, SmoothQuant's), then every quantized
+    layer's dequantized weight. For smoothquant and llm_int8 the model is then only half installed: their
+    activation quantization runs at forward time (`forward_behaviour`); kivi changes no weight."""
+    torch = require_torch("apply")
+    from precisionlab.ptq.structure import fold_scales
+
+    modules = dict(model.named_modules())
+    for group, scales in result.folds:
+        fold_scales(model, group, scales)
+    with torch.no_grad():
+        for name, q in result.quantized.items():
+            weight = modules[name].weight
+            weight.copy_(torch.from_numpy(q.dequantize()).to(weight.dtype))
 
 
 def folded_references(model: Any, result: Any) -> tuple[dict[int, Any], dict[int, Any]]:

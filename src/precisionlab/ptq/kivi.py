@@ -71,16 +71,24 @@ class KIVIConfig:
         return max(n - self.residual, 0)
 
 
+BITS = {"int4": 4, "uint4": 4, "4": 4, "int2": 2, "uint2": 2, "2": 2}
+"""The bit widths KIVI's scheme may spell (keys and values are asymmetric, with a float zero, whatever the spelling)."""
+
+
 def kivi_config(scheme: str | None = None, group: int = DEFAULT_GROUP, residual: int = DEFAULT_RESIDUAL) -> KIVIConfig:
-    """A config from a bit width spelled as a scheme element (int4 / uint4 / int2 / uint2 / 4 / 2)."""
+    """A config from a bit width spelled as a scheme element (int4 / uint4 / int2 / uint2 / 4 / 2), nothing else:
+    KIVI's groups and residual window are its `group` and `residual`, not a scheme's granularity."""
     if scheme is None:
         return KIVIConfig(DEFAULT_BITS, group, residual)
-    head = str(scheme).split(":")[0].strip().lower()
-    bits = {"int4": 4, "uint4": 4, "4": 4, "int2": 2, "uint2": 2, "2": 2}.get(head)
-    if bits is None:
+    text = str(scheme).strip().lower()
+    head = text.split(":")[0]
+    if head not in BITS:
         raise ValueError(f"KIVI quantizes the KV cache to 2 or 4 bits (asymmetric); scheme {scheme!r} is not int4 or "
                          "int2")
-    return KIVIConfig(bits, group, residual)
+    if text != head:
+        raise ValueError(f"KIVI takes a bit width only (int2 or int4), got {scheme!r}: its groups and residual window "
+                         "are the options group= and residual=, and its keys and values are always asymmetric")
+    return KIVIConfig(BITS[head], group, residual)
 
 
 def quantize_groups(x: Any, bits: int, group: int, axis: int) -> Any:
@@ -148,11 +156,6 @@ def kivi_quantize(keys: Any, values: Any, config: KIVIConfig = KIVIConfig()) -> 
     if nv:
         v_hat[:, :, :nv] = quantize_groups(v[:, :, :nv], config.bits, config.group, axis=3)
     return k_hat, v_hat
-
-
-def relative_error(reference: Any, approx: Any) -> float:
-    ref = np.asarray(reference, dtype=np.float64)
-    return float(np.linalg.norm(np.asarray(approx, dtype=np.float64) - ref) / (np.linalg.norm(ref) or 1.0))
 
 
 def make_kivi_cache(model: Any, config: KIVIConfig = KIVIConfig()) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab.ptq.activations import relative_squared_error
 from precisionlab.ptq.awq import rescale
 from precisionlab.ptq.peers import as_numpy
 from precisionlab.quant import quantize
@@ -97,7 +98,7 @@ def search_alpha(x_samples: Sequence[Any], weights: Sequence[Any], act_absmax: A
     refs = [x @ w.T for x, w in zip(xs, ws, strict=True)]
 
     def errors(scales: np.ndarray | None) -> list[float]:
-        return [_relative_sq(r, w8a8_output(x, w, weight_scheme, act_scheme, scales))
+        return [relative_squared_error(r, w8a8_output(x, w, weight_scheme, act_scheme, scales))
                 for x, w, r in zip(xs, ws, refs, strict=True)]
 
     base = errors(None)
@@ -109,7 +110,3 @@ def search_alpha(x_samples: Sequence[Any], weights: Sequence[Any], act_absmax: A
             best = (alpha, scales, sum(errs))
     return best[0], best[1]
 
-
-def _relative_sq(reference: np.ndarray, approx: np.ndarray) -> float:
-    den = float(np.sum(reference**2))
-    return float(np.sum((approx - reference) ** 2)) / den if den else 0.0
