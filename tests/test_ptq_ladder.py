@@ -254,7 +254,7 @@ def test_the_plan_skips_a_dearer_rung_of_the_same_remedy_and_regroups_the_calibr
     (skip,) = plan.skipped
     assert skip.step.name == "g128" and skip.instead.name == "g64"
     assert skip.bytes == costs["int4:g128"] and skip.instead_bytes == costs["int4:g64"]
-    assert any("gptq-g64 uses int4:g64" in n for n in plan.notes())
+    assert "gptq-g64 runs at int4:g64, the scheme of g64 (g128 was skipped)" in plan.notes()
     # widths that are whole groups of 128: g128 is cheaper, nothing is skipped
     even = plan_steps(ladder_steps("int4"), lambda s: {"int4": 1, "int4:row": 2, "int4:g128": 3, "int4:g64": 4}
                       .get(s.scheme, 0))
@@ -386,6 +386,28 @@ def test_real_steps_on_a_smollm2_slice() -> None:
         ModelEvaluator(loaded, ["ppl"], 1.0, calibration, blocks=[0, 3])
     include, exclude = evaluator.selection(Step("s", "int4", keep_sensitive=True))
     assert include == ["model.layers.1.*"] and "model.layers.0.*" in exclude and "model.layers.3.*" in exclude
+
+
+def test_a_user_file_is_not_grown_past_what_it_holds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A user task file is not resized: a grown look would evaluate the same documents again, so the evaluator
+    says GrowLimit instead (and the ladder moves on)."""
+    from tests.model_helpers import smollm2_slice
+
+    loaded = smollm2_slice()
+    from precisionlab.eval.data import builtin_split, calibration_documents
+    from precisionlab.ptq import token_batches
+    from precisionlab.ptq.ladder.evaluator import ModelEvaluator
+
+    own = tmp_path / "own.jsonl"
+    own.write_text("\n".join(json.dumps({"text": f"Note {i}: zebras graze by the river while herons wait. " * 3})
+                             for i in range(3)))
+    calibration = token_batches(loaded.tokenizer, calibration_documents(builtin_split()), 256, 256)
+    evaluator = ModelEvaluator(loaded, [str(own)], 1.0, calibration, blocks=[1], n_resamples=200)
+    first = evaluator(Step("g64", "int4:g64"), 3)
+    assert first.examples == 3
+    with pytest.raises(GrowLimit, match="task 'own' holds 3 examples"):
+        evaluator(Step("g64", "int4:g64"), 6)
+    assert len(evaluator.evaluations) == 1
 
 
 def test_the_awq_step_installs_its_folds_and_restores_the_float_model() -> None:

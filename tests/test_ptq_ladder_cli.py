@@ -94,6 +94,13 @@ def test_alpha_is_checked_before_loading_and_defaults_to_the_rule(run_cli, monke
     one_line_error(run_cli("ladder", "--model", "no-such-model", "--alpha", "0"), "--alpha must lie strictly")
 
 
+def test_max_examples_below_the_built_in_start_is_refused_before_loading(run_cli,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    _no_loading(monkeypatch)
+    one_line_error(run_cli("ladder", "--model", "no-such-model", "--grow", "--max-examples", "20"),
+                   "--max-examples (20) is below the starting number of examples (40)")
+
+
 def test_quick_fills_the_options_not_given(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     seen: list[tuple[Any, ...]] = []
 

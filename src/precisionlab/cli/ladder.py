@@ -84,10 +84,13 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     task_names = split_commas(tasks) or ["ppl"]
     check_task_names(task_names)
     block_ids = parse_blocks(blocks)
-    if examples is not None:
-        check_ladder_options(examples, grow, max_examples, max_drop, alpha)
+    if examples is None and max_examples is not None:  # the start is the first task's own size
+        from precisionlab.eval.tasks import resolve_tasks
+
+        check_ladder_options(len(resolve_tasks(task_names[:1], "causal-lm")[0].items), grow, max_examples, max_drop,
+                             alpha)
     else:
-        check_ladder_options(2, False, None, max_drop, alpha)
+        check_ladder_options(examples if examples is not None else 2, grow, max_examples, max_drop, alpha)
     if max_examples is not None and max_examples < 2:
         raise ValueError(f"--max-examples must be at least 2, got {max_examples}")
     if calib_size < 1:

@@ -40,8 +40,8 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
 
     def skipped_row(s: Any) -> list[Scalar]:
         return [None, s.step.name, s.step.scheme, s.step.method, "yes" if s.step.keep_sensitive else "no",
-                s.bytes / 1e6, math.nan, None, None, None, f"SKIPPED (dearer than {s.instead.name})", None, None,
-                None, 0, 0.0]
+                s.bytes / 1e6, None, None, None, None, f"SKIPPED (dearer than {s.instead.name})", None, None,
+                None, None, None]
 
     for r in result.steps:
         rows += [skipped_row(s) for s in skipped_before.get(r.step.name, [])]

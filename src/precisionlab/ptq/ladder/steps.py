@@ -97,8 +97,10 @@ class Plan:
 
     def notes(self) -> list[str]:
         out = [f"{k.step.name} ({k.step.scheme}) {k.reason}" for k in self.skipped]
-        out += [f"{s.name} uses {s.scheme}: the group size of {s.groups_of}, which replaced a skipped rung"
-                for s in self.steps if s.groups_of and any(k.instead.name == s.groups_of for k in self.skipped)]
+        for s in self.steps:
+            replaced = [k.step.name for k in self.skipped if s.groups_of and k.instead.name == s.groups_of]
+            if replaced:
+                out.append(f"{s.name} runs at {s.scheme}, the scheme of {s.groups_of} ({replaced[0]} was skipped)")
         return out
 
 
