@@ -408,6 +408,8 @@ def test_a_user_file_is_not_grown_past_what_it_holds(tmp_path) -> None:  # type:
     with pytest.raises(GrowLimit, match="task 'own' holds 3 examples"):
         evaluator(Step("g64", "int4:g64"), 6)
     assert len(evaluator.evaluations) == 1
+    again = evaluator(Step("g64", "int4:g64"), 3)  # the same look again is not growing: evaluated, same numbers
+    assert (again.difference, again.ci_low, again.ci_high) == (first.difference, first.ci_low, first.ci_high)
 
 
 def test_the_awq_step_installs_its_folds_and_restores_the_float_model() -> None:

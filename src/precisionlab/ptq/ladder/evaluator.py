@@ -79,7 +79,8 @@ class ModelEvaluator:
         self._abs_max: dict[str, Any] | None = None
         self._calibrated_runs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
         self._evaluated: list[Any] = []
-        self._examples_seen: dict[str, int] = {}
+        self._examples_seen: dict[str, tuple[int, int]] = {}
+        """Per step: the examples last asked for and the first task's count they gave."""
 
     @property
     def evaluations(self) -> list[Any]:
@@ -108,7 +109,8 @@ class ModelEvaluator:
         except ValueError as exc:
             raise GrowLimit(str(exc)) from None
         count = len(specs[0].items)
-        if count <= self._examples_seen.get(step.name, 0):  # a user file is not resized: it holds what it holds
+        asked, held = self._examples_seen.get(step.name, (examples, 0))
+        if examples > asked and count <= held:  # a grown look on a user file (not resized): the same documents
             raise GrowLimit(f"task {specs[0].name!r} holds {count} examples")
         include, exclude = self.selection(step)
         if step.method == "rtn":
@@ -118,7 +120,7 @@ class ModelEvaluator:
         run = evaluate(self.loaded, [candidate], specs, self.max_drop, include, exclude, cache=self.cache,
                        progress=self.progress, seed=self.seed, n_resamples=self.n_resamples, confidence=confidence)
         self._evaluated.append(run)
-        self._examples_seen[step.name] = count
+        self._examples_seen[step.name] = (examples, count)
         cand = run.candidates[0]
         if not cand.quantized_layers:  # an unquantized model would pass and prove nothing
             raise ValueError(f"step {step.name}: no layer was quantized (--blocks and the step's exclusions left none)")
