@@ -388,6 +388,35 @@ def test_real_steps_on_a_smollm2_slice() -> None:
     assert include == ["model.layers.1.*"] and "model.layers.0.*" in exclude and "model.layers.3.*" in exclude
 
 
+def test_the_confidence_asked_for_reaches_the_comparison() -> None:
+    """evaluate(confidence=) is what the interval is computed at: the step's interval equals
+    compare_perplexity on the run's own per-document sums at that confidence, and is wider than at 95 %."""
+    from tests.model_helpers import smollm2_slice
+
+    loaded = smollm2_slice()
+    from precisionlab.eval import stats
+    from precisionlab.eval.data import builtin_split, calibration_documents
+    from precisionlab.ptq import token_batches
+    from precisionlab.ptq.ladder.evaluator import ModelEvaluator
+
+    calibration = token_batches(loaded.tokenizer, calibration_documents(builtin_split()), 256, 256)
+    evaluator = ModelEvaluator(loaded, ["ppl"], 1.0, calibration, blocks=[1], n_resamples=500)
+    wide = evaluator(Step("g64", "int4:g64"), 4, 0.99)
+    narrow = evaluator(Step("per-channel", "int4:g64"), 4, 0.95)  # the same weights under another name
+    run = evaluator.evaluations[0]
+    assert run.settings["confidence"] == 0.99 and wide.confidence == 0.99
+    task = run.tasks[0]
+    cand = task.outcomes[0].per_example
+    direct = stats.compare_perplexity(task.arrays["nll"], np.asarray(cand["nll"]), task.arrays["tokens"], 1.0,
+                                      cand_tokens=np.asarray(cand["tokens"]), groups=task.spec.groups,
+                                      n_resamples=500, seed=0, confidence=0.99)
+    assert (wide.ci_low, wide.ci_high) == (direct.interval.low, direct.interval.high)
+    assert wide.difference == narrow.difference
+    # 4 documents: an end may sit at the most extreme resample at both levels; the interval is wider all the same
+    assert wide.ci_low <= narrow.ci_low and wide.ci_high >= narrow.ci_high
+    assert wide.ci_high - wide.ci_low > narrow.ci_high - narrow.ci_low
+
+
 def test_a_user_file_is_not_grown_past_what_it_holds(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A user task file is not resized: a grown look would evaluate the same documents again, so the evaluator
     says GrowLimit instead (and the ladder moves on)."""
