@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from precisionlab.labs.ptq import ladder_lab, ptq_lab
+from precisionlab.labs.ladder import ladder_lab
+from precisionlab.labs.ptq import ptq_lab
 from precisionlab.ptq.ladder import LadderResult, Step, StepOutcome, ladder_steps, run_ladder
 from precisionlab.ptq.run import LayerRecord, PTQResult
 from precisionlab.results import LabResult
@@ -27,7 +28,7 @@ def fabricated_climb(spread: float = 1.0, tasks: tuple[str, ...] = ("ppl",)) -> 
     plan = {"per-tensor": ("fail", 40.0 * spread, 60_000_000, False), "per-channel": ("pass", 0.1, 61_000_000, True),
             "g128": ("inconclusive", 0.9, 65_000_000, False), "g64": ("pass", 0.2, 68_000_000, False)}
 
-    def evaluate(step: Step, examples: int) -> StepOutcome:
+    def evaluate(step: Step, examples: int, confidence: float) -> StepOutcome:
         verdict, difference, size, aligned = plan.get(step.name, ("fail", 9.0, 90_000_000, False))
         return outcome(verdict, difference, size, tasks, aligned)
 

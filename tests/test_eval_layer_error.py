@@ -19,7 +19,7 @@ from precisionlab.eval import data, runner  # noqa: E402
 from precisionlab.eval.candidates import Candidate, parse_candidates  # noqa: E402
 from precisionlab.eval.tasks import TaskSpec  # noqa: E402
 from precisionlab.ptq import CalibrationWarning, run_method, token_batches  # noqa: E402
-from precisionlab.ptq.install import install_result  # noqa: E402
+from precisionlab.ptq.install import apply_result, install_result  # noqa: E402
 from precisionlab.ptq.structure import fold_scales  # noqa: E402
 from precisionlab.quant import quantize  # noqa: E402
 
@@ -108,7 +108,7 @@ def test_a_row_folded_layer_is_judged_in_the_original_output_coordinates() -> No
     q = result.quantized[name].dequantize().astype(np.float64)
 
     model = copy.deepcopy(loaded.model)
-    result.apply(model)
+    apply_result(model, result)
     seen: list[np.ndarray] = []
     module = dict(model.named_modules())[name]
     handle = module.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach().double().numpy()))

@@ -1,14 +1,22 @@
 """`precisionlab ladder`: the escalation ladder on a real model, cheapest quantization first, stopping at the
-first step whose task-level verdict is PASS (see precisionlab.ptq.ladder for the steps and the rule).
+first step whose task-level verdict is PASS (see precisionlab.ptq.ladder for the steps, the plan and the rule).
 
     precisionlab ladder --model smollm2-135m --target int4 --max-drop 1.0 [--tasks ppl] [--examples 40] \\
-        [--grow] [--max-examples 160] [--blocks 0,1] [--calib-size 2048] [--json] [--out DIR]
+        [--grow] [--max-examples 160] [--blocks 1,2] [--calib-size 2048] [--alpha 0.025] [--json] [--out DIR]
+    precisionlab ladder --quick            # a few minutes: one block, 8 documents, 1536 calibration tokens
+
+With --out, every finished step is appended to DIR/ladder-steps.jsonl; after Ctrl-C (or a crash) the same
+command resumes from the steps finished there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
+import struct
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +24,12 @@ import click
 
 from precisionlab.cli.common import emit, lab_output_options, split_commas
 from precisionlab.results import Scalar
+
+ALPHA = 0.025
+"""ptq.ladder.rule.ALPHA, typed here so that listing the commands imports no ptq module (a test checks them)."""
+
+QUICK: dict[str, Any] = {"blocks": "1", "examples": 8, "calib_size": 1536}
+"""--quick: these values for the options not given (1536 calibration tokens: the widest linear's inputs)."""
 
 
 @click.command("ladder")
@@ -34,52 +48,83 @@ from precisionlab.results import Scalar
 @click.option("--max-examples", type=int, default=None,
               help="Largest evaluation --grow may reach (default: 4 × --examples).")
 @click.option("--blocks", default=None,
-              help="Limit every step to these transformer blocks, e.g. 0,1 (quick runs; embeddings and lm_head "
-                   "then stay in float).")
+              help="Limit every step to these transformer blocks, e.g. 1,2 (quick runs; embeddings and lm_head "
+                   "then stay in float; include a block other than the first and the last).")
 @click.option("--calib-size", type=int, default=2048, show_default=True,
               help="Calibration tokens (built-in calibration part) for the outlier columns and GPTQ.")
+@click.option("--alpha", type=float, default=ALPHA, show_default=True,
+              help="Largest chance that the ladder stops at a step whose true difference is beyond --max-drop; "
+                   "split over every planned step and look (Bonferroni), which widens each step's interval.")
+@click.option("--quick", is_flag=True,
+              help="A form that finishes in a few minutes: --blocks 1 --examples 8 --calib-size 1536 unless "
+                   "given (it shows the climb; 8 documents decide little).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the choice data.")
 @click.option("--resamples", type=int, default=10_000, show_default=True, help="Bootstrap resamples.")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's own choice).")
 @lab_output_options
 def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], examples: int | None, grow: bool,
-            max_examples: int | None, blocks: str | None, calib_size: int, seed: int, resamples: int,
-            threads: int | None, as_json: bool, out_dir: Path | None) -> None:
+            max_examples: int | None, blocks: str | None, calib_size: int, alpha: float, quick: bool, seed: int,
+            resamples: int, threads: int | None, as_json: bool, out_dir: Path | None) -> None:
     """Climb from the cheapest quantization at --target to the first step that passes the evaluation."""
     from precisionlab.cli.eval import StepProgress
     from precisionlab.cli.ptq import parse_blocks
     from precisionlab.eval.runner import check_max_drop, check_resamples
     from precisionlab.eval.tasks import check_task_names
-    from precisionlab.ptq.ladder import check_ladder_options, ladder_steps
+    from precisionlab.ptq.ladder import STEPS_NAME, check_blocks, check_ladder_options, ladder_steps
 
+    if quick:
+        ctx = click.get_current_context()
+        given = {n for n in QUICK if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT}
+        blocks = blocks if "blocks" in given else QUICK["blocks"]
+        examples = examples if "examples" in given else QUICK["examples"]
+        calib_size = calib_size if "calib_size" in given else QUICK["calib_size"]
     steps = ladder_steps(target)
     check_max_drop(max_drop)
     check_resamples(resamples)
     task_names = split_commas(tasks) or ["ppl"]
     check_task_names(task_names)
     block_ids = parse_blocks(blocks)
-    if examples is not None:
-        check_ladder_options(examples, grow, max_examples, max_drop)
+    if examples is None and max_examples is not None:  # the start is the first task's own size
+        from precisionlab.eval.tasks import resolve_tasks
+
+        check_ladder_options(len(resolve_tasks(task_names[:1], "causal-lm")[0].items), grow, max_examples, max_drop,
+                             alpha)
+    else:
+        check_ladder_options(examples if examples is not None else 2, grow, max_examples, max_drop, alpha)
     if max_examples is not None and max_examples < 2:
         raise ValueError(f"--max-examples must be at least 2, got {max_examples}")
     if calib_size < 1:
         raise ValueError(f"--calib-size must be a positive number of tokens, got {calib_size}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be a positive integer, got {threads}")
+    check_blocks(block_ids, block_count(model))  # before the model loads (None: known only then)
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be a positive integer, got {threads}")
         from precisionlab.models import peers
 
         peers.torch().set_num_threads(threads)
-    with StepProgress() as progress:
-        result, loaded_info, lines = _climb(model, steps, task_names, max_drop, examples, grow, max_examples,
-                                            block_ids, calib_size, seed, resamples, target, progress)
+    log_path = out_dir / STEPS_NAME if out_dir is not None else None
+    settings = {"target": target, "max_drop": float(max_drop), "tasks": [_task_identity(t) for t in task_names],
+                "examples": examples, "grow": grow, "max_examples": max_examples, "blocks": block_ids,
+                "calib_size": calib_size, "seed": seed, "resamples": resamples, "alpha": float(alpha)}
+    try:
+        with StepProgress() as progress:
+            result, loaded_info, lines = _climb(model, steps, task_names, max_drop, examples, grow, max_examples,
+                                                block_ids, calib_size, seed, resamples, target, progress, alpha,
+                                                log_path, settings)
+    except KeyboardInterrupt:
+        kept = (f"; the finished steps are kept in {log_path}: run the same command again to resume"
+                if log_path is not None and log_path.is_file() else "; give --out DIR to keep finished steps")
+        click.echo(f"interrupted{kept}", err=True)
+        click.get_current_context().exit(130)
     for line in lines:
         click.echo(f"warning: {line}", err=True)
     params: dict[str, Scalar] = {
         "model": model, "target": target, "max_drop": float(max_drop), "tasks": ",".join(task_names),
         "grow": grow, "max_examples": result.max_examples, "blocks": blocks or "all", "calib_size": calib_size,
-        "seed": seed, "command": _command(model, target, max_drop, task_names, examples, grow, max_examples, blocks)}
-    from precisionlab.labs.ptq import ladder_lab
+        "seed": seed, "alpha": float(alpha),
+        "command": _command(model, target, max_drop, task_names, examples, grow, max_examples, blocks, calib_size,
+                            alpha)}
+    from precisionlab.labs.ladder import ladder_lab
 
     lab = ladder_lab(result, params, loaded_info)
     emit(lab, as_json, out_dir)
@@ -94,11 +139,12 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
-           target: str, progress: Any) -> tuple[Any, dict[str, Any], list[str]]:
+           target: str, progress: Any, alpha: float = ALPHA, log_path: Path | None = None,
+           settings: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[str]]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
     from precisionlab.eval import data
     from precisionlab.ptq import token_batches
-    from precisionlab.ptq.ladder import ModelEvaluator, run_ladder
+    from precisionlab.ptq.ladder import ModelEvaluator
 
     loaded = load_causal_lm(model, "ladder", progress)
     with warnings.catch_warnings(record=True) as caught:
@@ -108,19 +154,136 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
         evaluator = ModelEvaluator(loaded, task_names, max_drop, calibration, blocks=block_ids, seed=seed,
                                    n_resamples=resamples, progress=progress)
         start = examples if examples is not None else evaluator.base_examples
-
-        def report(record: Any) -> None:
-            o = record.outcome
-            progress.note(f"step {record.index} {record.step.name} ({record.step.scheme}): {o.difference:+.3g} "
-                          f"[{o.ci_low:+.3g}, {o.ci_high:+.3g}] {record.verdict.upper()}, {o.examples} examples, "
-                          f"{record.seconds:.0f} s")
-
-        result = run_ladder(steps, evaluator, examples=start, max_drop=max_drop, target=target, grow=grow,
-                            max_examples=max_examples, report=report)
+        identity = {"model": loaded.fingerprint, **(settings or {})}
+        result = climb_logged(steps, evaluator, evaluator.planned_bytes, start, max_drop, target, grow, max_examples,
+                              alpha, progress, log_path, identity)
     info = {"name": loaded.name, "grid_note": loaded.grid_note, "bytes": loaded.nbytes}
     return result, info, sorted(set(warning_lines(caught)))
 
 
+def climb_logged(steps: list[Any], evaluate: Any, planned_bytes: Callable[[Any], int] | None, examples: int,
+                 max_drop: float, target: str, grow: bool, max_examples: int | None, alpha: float, progress: Any,
+                 log_path: Path | None, identity: dict[str, Any]) -> Any:
+    """Plan the steps by bytes, then run the ladder; with `log_path`, every finished step is appended to the log
+    and the steps an earlier run with the same `identity` and plan finished are taken from it."""
+    from precisionlab.ptq.ladder import StepLog, plan_steps, run_ladder
+
+    plan = plan_steps(steps, planned_bytes)
+    for line in plan.notes():
+        progress.note(line)
+    log = None
+    done: list[Any] = []
+    if log_path is not None:
+        header = {**identity, "examples": examples,
+                  "plan": [[s.name, s.scheme, s.method, s.keep_sensitive] for s in plan.steps]}
+        log = StepLog(log_path, header)
+        done = log.open()
+        if done:
+            progress.note(f"resuming: {len(done)} finished step(s) in {log_path}")
+
+    def report(record: Any) -> None:
+        if log is not None:
+            log.append(record)
+        o = record.outcome
+        progress.note(f"step {record.index} {record.step.name} ({record.step.scheme}): {o.difference:+.3g} "
+                      f"[{o.ci_low:+.3g}, {o.ci_high:+.3g}] {record.verdict.upper()}, {o.examples} examples, "
+                      f"{record.seconds:.0f} s")
+
+    try:
+        return run_ladder(plan.steps, evaluate, examples=examples, max_drop=max_drop, target=target, grow=grow,
+                          max_examples=max_examples, report=report, alpha=alpha, skipped=plan.skipped, done=done)
+    finally:
+        if log is not None:
+            log.close()
+
+
+# --------------------------------------------------------------------------- before the model loads
+def block_count(spec: str) -> int | None:
+    """The model's number of transformer blocks from its config alone (a directory's config.json, a GGUF's
+    `<arch>.block_count`), without loading weights; None when it cannot be told so cheaply (a hub id, a file
+    that does not parse: the loader reports those)."""
+    from precisionlab.models.loading import resolve
+
+    try:
+        source = resolve(spec)
+    except ValueError:
+        return None  # the loader gives the error, with its own wording
+    try:
+        if source.form == "directory":
+            config = json.loads((Path(source.location) / "config.json").read_text(encoding="utf-8"))
+            config = config.get("text_config", config) if "num_hidden_layers" not in config else config
+            value = config.get("num_hidden_layers")
+            return int(value) if isinstance(value, int) and value > 0 else None
+        if source.form == "gguf":
+            return gguf_block_count(Path(source.location))
+    except (OSError, ValueError, UnicodeDecodeError, struct.error):
+        return None
+    return None
+
+
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_block_count(path: Path, limit: int = 1 << 16) -> int | None:
+    """`<general.architecture>.block_count` from a GGUF file's key-value header (little-endian, version 2 or 3),
+    reading keys in order and stopping at the answer; None when it is not among the first `limit` keys.
+    gguf's own GGUFReader parses every key and tensor (about 13 s for SmolLM2's 49k-token vocabulary on a busy
+    machine); this header walk reads a few hundred bytes."""
+    with open(path, "rb") as handle:
+        def read(fmt: str) -> Any:
+            size = struct.calcsize("<" + fmt)
+            raw = handle.read(size)
+            if len(raw) != size:
+                raise ValueError("truncated GGUF header")
+            return struct.unpack("<" + fmt, raw)[0]
+
+        def string() -> str:
+            return bytes(handle.read(read("Q"))).decode("utf-8")
+
+        def skip(kind: int) -> None:
+            if kind in _GGUF_SCALARS:
+                handle.seek(struct.calcsize("<" + _GGUF_SCALARS[kind]), 1)
+            elif kind == _GGUF_STRING:
+                handle.seek(read("Q"), 1)
+            elif kind == _GGUF_ARRAY:
+                inner, count = read("I"), read("Q")
+                if inner in _GGUF_SCALARS:
+                    handle.seek(count * struct.calcsize("<" + _GGUF_SCALARS[inner]), 1)
+                else:
+                    for _ in range(count):
+                        skip(inner)
+            else:
+                raise ValueError(f"unknown GGUF value type {kind}")
+
+        if handle.read(4) != b"GGUF" or read("I") not in (2, 3):
+            return None
+        read("Q")  # tensor count
+        keys = read("Q")
+        arch: str | None = None
+        counts: dict[str, int] = {}
+        for _ in range(min(keys, limit)):
+            key, kind = string(), read("I")
+            if key == "general.architecture" and kind == _GGUF_STRING:
+                arch = string()
+            elif key.endswith(".block_count") and kind in _GGUF_SCALARS and kind not in (6, 7, 12):
+                counts[key] = int(read(_GGUF_SCALARS[kind]))
+            else:
+                skip(kind)
+            if arch is not None and f"{arch}.block_count" in counts:
+                return counts[f"{arch}.block_count"]
+    return None
+
+
+def _task_identity(name: str) -> str:
+    """A built-in task's name; a user file's path with the sha256 of its content (a changed file is not resumed)."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return f"{path.resolve()}:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
+    return name
+
+
+# --------------------------------------------------------------------------- outputs
 def _write_html(lab: Any, out_dir: Path, quiet: bool = False) -> None:
     """ladder.html beside ladder.json and its PNG: the ladder's section of the report."""
     from precisionlab.report.outputs import atomic_write_text, figure_stem, render_html
@@ -145,7 +308,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def _command(model: str, target: str, max_drop: float, tasks: list[str], examples: int | None, grow: bool,
-             max_examples: int | None, blocks: str | None) -> str:
+             max_examples: int | None, blocks: str | None, calib_size: int = 2048, alpha: float = ALPHA) -> str:
     parts = ["precisionlab", "ladder", "--model", model, "--target", target, "--max-drop", f"{max_drop:g}",
              "--tasks", ",".join(tasks)]
     if examples is not None:
@@ -156,4 +319,8 @@ def _command(model: str, target: str, max_drop: float, tasks: list[str], example
         parts += ["--max-examples", str(max_examples)]
     if blocks:
         parts += ["--blocks", blocks]
+    if calib_size != 2048:
+        parts += ["--calib-size", str(calib_size)]
+    if alpha != ALPHA:
+        parts += ["--alpha", f"{alpha:g}"]
     return " ".join(shlex.quote(p) for p in parts)

@@ -196,17 +196,21 @@ def check_max_drop(max_drop: float) -> float:
 def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskSpec], max_drop: float,
              include: Sequence[str] = (), exclude: Sequence[str] | None = None, cache: bool = True,
              cache_dir: Path | None = None, progress: Progress | None = None, seed: int = 0,
-             n_resamples: int = stats.DEFAULT_RESAMPLES, limits: Limits = Limits()) -> EvalRun:
-    """Score the reference (cached) and every candidate on every task; compare them (see the module)."""
+             n_resamples: int = stats.DEFAULT_RESAMPLES, limits: Limits = Limits(),
+             confidence: float = stats.DEFAULT_CONFIDENCE) -> EvalRun:
+    """Score the reference (cached) and every candidate on every task; compare them (see the module) with
+    intervals of `confidence` (two-sided; the escalation ladder asks for its per-test level)."""
     check_max_drop(max_drop)
     check_resamples(n_resamples)
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     progress = progress or SilentProgress()
     _check_candidates(loaded, candidates)
     start = time.perf_counter()
     settings = {"ppl_max_tokens": limits.ppl_max_tokens, "kl_top_k": scoring.KL_TOP_K,
                 "generate_new_tokens": limits.generate_new_tokens, "probe_tokens": limits.probe_tokens,
                 "n_resamples": n_resamples, "seed": seed,
-                "confidence": stats.DEFAULT_CONFIDENCE,
+                "confidence": confidence,
                 "interval": "expanded percentile, paired bootstrap; 0/1 scores: its union with Tango's score interval"}
     runs = [_reference(loaded, spec, cache, cache_dir, progress, limits) for spec in tasks]
     probe = _probe(loaded, limits.probe_tokens)
@@ -234,7 +238,7 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
                 began = time.perf_counter()
                 progress.start(f"{candidate.label}: {run.name}", len(run.spec.items))
                 outcome = _candidate_outcome(loaded, run, candidate.label, make_cache, max_drop, seed, n_resamples,
-                                             progress, limits)
+                                             progress, limits, confidence)
                 outcome.seconds = time.perf_counter() - began
                 run.outcomes.append(outcome)
                 progress.done(f"{candidate.label}: {run.name} ({len(run.spec.items)} examples, "
@@ -484,11 +488,12 @@ def _answer_matches(spec: TaskSpec, outputs: Sequence[list[int]], tokenizer: Any
 
 # --------------------------------------------------------------------------- candidates
 def _candidate_outcome(loaded: Any, run: TaskRun, label: str, make_cache: Callable[[], Any] | None, max_drop: float,
-                       seed: int, n_resamples: int, progress: Progress, limits: Limits) -> Outcome:
+                       seed: int, n_resamples: int, progress: Progress, limits: Limits,
+                       confidence: float = stats.DEFAULT_CONFIDENCE) -> Outcome:
     spec = run.spec
     arrays = run.arrays
     groups = spec.groups
-    options: dict[str, Any] = {"groups": groups, "n_resamples": n_resamples, "seed": seed}
+    options: dict[str, Any] = {"groups": groups, "n_resamples": n_resamples, "seed": seed, "confidence": confidence}
     if spec.kind == "ppl":
         lm = _causal(loaded, make_cache)
         sequences = scoring.ppl_sequences(lm, [d.text for d in spec.items], limits.ppl_max_tokens)

@@ -121,12 +121,6 @@ class PTQResult:
                     out[f"{base}.{key}"] = value
         return out
 
-    def apply(self, model: Any) -> None:
-        """Deprecated: `ptq.install.apply_result(model, self)`, kept while ptq/ladder.py still calls it."""
-        from precisionlab.ptq.install import apply_result
-
-        apply_result(model, self)
-
 
 def _mean(values: Sequence[float | None]) -> float | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
