@@ -13,6 +13,9 @@ metadata, counted apart.
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +98,7 @@ def verify_gguf(path: Path, plan: Any, state: dict[str, np.ndarray], reload: boo
 
         from precisionlab.models import peers
 
-        with peers.quiet():
+        with peers.quiet(), contextlib.redirect_stderr(io.StringIO()):  # transformers' own tqdm bar
             model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                                       dtype=peers.torch().float32)
         checks.append(transformers_check(state, model, "transformers from_pretrained(gguf_file=...)"))
@@ -133,7 +136,7 @@ def verify_compressed(folder: Path, plan: Any, state: dict[str, np.ndarray], rel
 
         from precisionlab.models import peers
 
-        with peers.quiet():
+        with peers.quiet(), contextlib.redirect_stderr(io.StringIO()):
             model = transformers.AutoModelForCausalLM.from_pretrained(
                 str(folder), dtype=peers.torch().float32,
                 quantization_config=transformers.CompressedTensorsConfig(dequantize=True))
