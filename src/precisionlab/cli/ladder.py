@@ -71,8 +71,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 
         peers.torch().set_num_threads(threads)
     with StepProgress() as progress:
-        result, loaded_info, lines = _climb(model, steps, task_names, max_drop, examples, grow, max_examples,
-                                            block_ids, calib_size, seed, resamples, target, progress)
+        result, loaded_info, lines, evaluator = _climb(model, steps, task_names, max_drop, examples, grow,
+                                                       max_examples, block_ids, calib_size, seed, resamples, target,
+                                                       progress)
     for line in lines:
         click.echo(f"warning: {line}", err=True)
     params: dict[str, Scalar] = {
@@ -82,6 +83,11 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     from precisionlab.labs.ptq import ladder_lab
 
     lab = ladder_lab(result, params, loaded_info)
+    from precisionlab.cli.common import current_outputs
+    from precisionlab.export.ladder import step_findings
+
+    outputs = current_outputs()  # each step's layers, and a calibrated step's codes beside ladder.json
+    lab.findings.update(step_findings(evaluator, result, outputs.out_stage if outputs is not None else None))
     emit(lab, as_json, out_dir)
     if out_dir is not None:
         _write_html(lab, out_dir, quiet=as_json)
@@ -94,7 +100,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
-           target: str, progress: Any) -> tuple[Any, dict[str, Any], list[str]]:
+           target: str, progress: Any) -> tuple[Any, dict[str, Any], list[str], Any]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
     from precisionlab.eval import data
     from precisionlab.ptq import token_batches
@@ -118,7 +124,7 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
         result = run_ladder(steps, evaluator, examples=start, max_drop=max_drop, target=target, grow=grow,
                             max_examples=max_examples, report=report)
     info = {"name": loaded.name, "grid_note": loaded.grid_note, "bytes": loaded.nbytes}
-    return result, info, sorted(set(warning_lines(caught)))
+    return result, info, sorted(set(warning_lines(caught))), evaluator
 
 
 def _write_html(lab: Any, out_dir: Path, quiet: bool = False) -> None:

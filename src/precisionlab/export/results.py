@@ -108,7 +108,7 @@ def weights_recipe(path: Path, method: str = "ptq", description: str = "") -> Re
         raise ValueError(f"--from {path}: {exc}") from None
     if not stored:
         raise ValueError(f"--from {path}: the file holds no quantized layer")
-    folds = [(name[: -len(".awq_scales")], p.values) for name, p in passthrough.items() if name.endswith(".awq_scales")]
+    folds = [(name[: -len(".awq_scales")], p.array) for name, p in passthrough.items() if name.endswith(".awq_scales")]
     schemes = sorted({str(q.scheme) for q in stored.values()})
     text = description or f"{len(stored)} saved layers ({', '.join(schemes)}) from {path.name}"
     return Recipe("weights", text, scheme=schemes[0] if len(schemes) == 1 else None, stored=stored, folds=folds,
