@@ -44,8 +44,9 @@ def _q8_k_scalar(block: list[float]) -> list[float]:
     d = F32(F32(1) / iscale)
     for v in block:
         product = F32(iscale * F32(v))
-        q = min(127, int(math.floor(float(product) + 0.5)) if abs(product - math.floor(product) - 0.5) > 0 else
-                int(np.rint(product)))
+        below = math.floor(float(product))
+        tie = float(product) - below == 0.5
+        q = min(127, (below + (below % 2)) if tie else math.floor(float(product) + 0.5))  # nearest, ties to even
         out.append(float(F32(d * F32(q))))
     return out
 

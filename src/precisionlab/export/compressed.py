@@ -109,7 +109,7 @@ def plan_compressed(prepared: Prepared, float_dtype: str = "auto") -> CTPlan:
                                 int(tensor.numel() * tensor.element_size()), "float"))
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     if len(groups) == 1:
-        fields, fmt, layers = next(iter(groups.values()))
+        fields, fmt, _ = next(iter(groups.values()))
         config_groups = [(fields, fmt, ["Linear"])]
         ignore = [n for n in linears if n not in prepared.quantized]
     else:

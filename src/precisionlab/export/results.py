@@ -86,7 +86,7 @@ def read_result(path: str | Path, step: int | None = None) -> Recipe:
         data = json_object(where.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"--from {where}: not a saved result (JSON): {exc}") from None
-    for kind, detect, reader in READERS:
+    for _, detect, reader in READERS:
         if detect(data):
             recipe = reader(where, data, step)
             recipe.source = str(where)

@@ -192,7 +192,8 @@ def export_model(loaded: Any, recipe: Recipe, to: str, out: str | Path, *, float
             note(f"wrote {target}")
             state = prepared.state()
             verification = verify_gguf(target, plan, state, reload) if verify else None
-            records, notes = plan.records, []
+            records: list[Any] = list(plan.records)
+            notes: list[str] = []
         elif to == "compressed-tensors":
             from precisionlab.export import compressed as ct_export
             from precisionlab.export.verify import verify_compressed
@@ -202,7 +203,7 @@ def export_model(loaded: Any, recipe: Recipe, to: str, out: str | Path, *, float
             note(f"wrote {target}")
             state = prepared.state()
             verification = verify_compressed(target, ct_plan, state, reload) if verify else None
-            records, notes = ct_plan.records, ct_plan.notes
+            records, notes = list(ct_plan.records), ct_plan.notes
         else:
             raise ValueError(f"--to {to!r}: choose {' or '.join(FORMATS)}")
     finally:

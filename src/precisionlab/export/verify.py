@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -33,8 +33,8 @@ class Architecture:
 
 ARCHITECTURES = {"llama": Architecture("llama", True), "qwen2": Architecture("qwen2", False)}
 
-CHECK_TEXT = ("\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ "
-              "🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ "
+CHECK_TEXT = ("\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ "  # noqa: E501
+              "🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ "  # noqa: E501
               "------======= нещо на Български ''''''```````\"\"\"\"......!!!!!!?????? I've been 'told he's there, 'RE "
               "you sure? 'M not sure I'll make it, 'D you like some tea? We'Ve a'lL")
 """The converter's check text (get_vocab_base_pre): its token ids' hash names the pre-tokenizer."""

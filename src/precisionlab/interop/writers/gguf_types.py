@@ -134,23 +134,17 @@ def float_bytes(values: np.ndarray, kind: str) -> np.ndarray:
     """float32 values as an F32 / F16 / BF16 array (BF16 as its uint16 bit patterns); ValueError when the type
     would change a value (a float layer is written as the evaluation used it, or not at all)."""
     x = np.ascontiguousarray(values, dtype=np.float32)
+    back: np.ndarray | None
     if kind == "F32":
         return x
     if kind == "F16":
         with np.errstate(over="ignore"):
             out = x.astype(np.float16)
         back = out.astype(np.float32)
-    elif kind == "BF16":
-        from precisionlab.rounding.bf16 import bf16_to_float32
-
+    elif kind == "BF16":  # exact when the low 16 bits are zero: the upper half is the bf16 pattern
         bits = x.view(np.uint32)
-        if np.any((bits & np.uint32(0xFFFF)) != 0):
-            back = None
-        else:
-            back = x
         out = (bits >> np.uint32(16)).astype(np.uint16)
-        if back is not None:
-            back = bf16_to_float32(out).reshape(x.shape)
+        back = None if np.any((bits & np.uint32(0xFFFF)) != 0) else x
     else:
         raise ValueError(f"unknown GGML float type {kind!r}; choose one of {', '.join(FLOAT_TYPES)}")
     if back is None or not np.array_equal(back.view(np.uint32), x.view(np.uint32)):
