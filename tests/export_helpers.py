@@ -11,7 +11,7 @@ VOCAB = 300
 
 
 def tiny_model_dir(folder: Path, model_type: str = "llama", tie: bool = True, seed: int = 0,
-                   hidden: int = 64, intermediate: int = 128) -> Path:
+                   hidden: int = 64, intermediate: int = 128, layers: int = 2) -> Path:
     """A random model of `model_type` (llama, qwen2, gpt2) and its tokenizer, saved in `folder`."""
     import torch
     import transformers
@@ -28,12 +28,12 @@ def tiny_model_dir(folder: Path, model_type: str = "llama", tie: bool = True, se
     torch.manual_seed(seed)
     common = dict(vocab_size=VOCAB, tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0)
     if model_type == "gpt2":
-        config = transformers.GPT2Config(n_embd=hidden, n_layer=2, n_head=4, n_positions=128, **common)
+        config = transformers.GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=128, **common)
         model = transformers.GPT2LMHeadModel(config)
     else:
         kind = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
                 "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[model_type]
-        config = kind[0](hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+        config = kind[0](hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, **common)
         model = kind[1](config)
     with torch.no_grad():  # norms away from 1 and biases away from 0, so a mix-up would show

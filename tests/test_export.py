@@ -304,6 +304,51 @@ def test_from_ladder_step(models, run_cli, tmp_path) -> None:  # type: ignore[no
             assert np.array_equal(_bits(state[name].numpy()), _bits(expected)), name
 
 
+def test_ladder_records_its_steps_and_export_ships_the_gptq_step(run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real ladder run (--max-drop 0: no step passes, so every step runs) records each step's layers and saves
+    the GPTQ / AWQ steps' codes; export --step ships the saved GPTQ codes."""
+    import torch
+    import transformers
+
+    from precisionlab.quant import quantize
+    from precisionlab.quant.safetensors_io import load_quantized
+
+    model = tiny_model_dir(tmp_path / "m", "llama", layers=3)
+    out_dir = tmp_path / "ladder"
+    ran = run_cli("ladder", "--model", str(model), "--target", "int4", "--max-drop", "0", "--examples", "2",
+                  "--calib-size", "128", "--resamples", "100", "--out", str(out_dir), "--json")
+    assert ran.exit_code == 0, ran.output
+    findings = json.loads((out_dir / "ladder.json").read_text())["findings"]
+    gptq = next(i for i in range(findings["ladder.steps_tried"]) if findings[f"ladder.steps.{i}.method"] == "gptq")
+    assert findings[f"ladder.steps.{gptq}.exclude"] == "lm_head,*embed*,model.layers.0.*,model.layers.2.*"
+    weights = out_dir / findings[f"ladder.steps.{gptq}.weights"]
+    stored = load_quantized(weights)
+    assert sorted({n.split(".")[2] for n in stored}) == ["1"]
+    assert findings["ladder.steps.0.include"] == "" and findings["ladder.steps.0.exclude"] == ""
+    # int4:g128 on rows of 64 pads (precisionlab) where GGUF cannot: the step is refused for GGUF, not rounded
+    refused = run_cli("export", "--model", str(model), "--from", str(out_dir / "ladder.json"), "--step", str(gptq),
+                      "--to", "gguf", "--out", str(tmp_path / "x.gguf"))
+    assert refused.exit_code == 2 and "no GGML type" in refused.output
+    # the per-channel step quantizes the embedding too, which compressed-tensors does not hold: refused
+    per_channel = next(i for i in range(findings["ladder.steps_tried"])
+                       if findings[f"ladder.steps.{i}.name"] == "per-channel")
+    embedding = run_cli("export", "--model", str(model), "--from", str(out_dir / "ladder.json"), "--step",
+                        str(per_channel), "--to", "compressed-tensors", "--out", str(tmp_path / "pc"))
+    assert embedding.exit_code == 2 and "Embedding" in embedding.output
+    last = findings["ladder.steps_tried"] - 1  # int8:row on the middle block
+    out = tmp_path / "int8"
+    shipped = run_cli("export", "--model", str(model), "--from", str(out_dir / "ladder.json"), "--step", str(last),
+                      "--to", "compressed-tensors", "--out", str(out))
+    assert shipped.exit_code == 0, shipped.output
+    back = transformers.AutoModelForCausalLM.from_pretrained(
+        str(out), dtype=torch.float32, quantization_config=transformers.CompressedTensorsConfig(dequantize=True))
+    state = back.state_dict()
+    for name, w in _originals(model).items():
+        if name.endswith("proj.weight"):
+            expected = quantize(w, "int8:row").dequantize() if name.startswith("model.layers.1.") else w
+            assert np.array_equal(_bits(state[name].numpy()), _bits(expected)), name
+
+
 # --------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("args,message", [
     (["--scheme", "int4:g128", "--to", "gguf"], "nearest that exists is Q4_0 (gguf_q4_0)"),

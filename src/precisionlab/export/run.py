@@ -81,6 +81,8 @@ def precheck(spec: str, to: str, recipe: Recipe, out: Path, force: bool) -> None
         from precisionlab.interop.writers.gguf_meta import architecture
 
         architecture(hparams)
+    if recipe.scheme is None or recipe.include or recipe.stored or recipe.layers:
+        return  # which widths the layers have is known once the model is loaded (checked there, before writing)
     widths = _in_features(hparams)
     for scheme in schemes:
         _check_widths(scheme, to, widths)
