@@ -404,3 +404,15 @@ def test_a_quantized_embedding_cannot_go_to_compressed_tensors(models, run_cli, 
                      "--to", "compressed-tensors", "--out", str(tmp_path / "c"))
     assert result.exit_code == 2 and "Embedding" in result.output
     assert not (tmp_path / "c").exists()
+
+
+def test_compressed_tensors_config_names_the_architecture(models, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A model whose config lists no architectures (a GGUF source's conversion) is still written as a causal LM:
+    without it precisionlab (and vLLM) would not know what to load."""
+    from precisionlab.export import Recipe, export_model
+
+    loaded = _load(models["llama"])
+    loaded.model.config.architectures = None
+    export_model(loaded, Recipe("scheme", "int8:row", scheme="int8:row"), "compressed-tensors", tmp_path / "ct")
+    assert json.loads((tmp_path / "ct" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert _load(tmp_path / "ct").kind == "causal-lm"

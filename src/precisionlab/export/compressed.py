@@ -116,6 +116,7 @@ def plan_compressed(prepared: Prepared, float_dtype: str = "auto") -> CTPlan:
         config_groups = list(groups.values())
         ignore = []
     config = model.config.to_dict()
+    config["architectures"] = [type(model).__name__]  # as save_pretrained writes it (a GGUF-sourced config has none)
     config.pop("quantization_config", None)
     config["quantization_config"] = ct.quantization_config(config_groups, ignore)
     notes = ["scales are stored as float32 (their fp16 / bf16 values exactly): compressed-tensors dequantizes in the "
