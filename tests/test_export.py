@@ -416,3 +416,28 @@ def test_compressed_tensors_config_names_the_architecture(models, tmp_path) -> N
     export_model(loaded, Recipe("scheme", "int8:row", scheme="int8:row"), "compressed-tensors", tmp_path / "ct")
     assert json.loads((tmp_path / "ct" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     assert _load(tmp_path / "ct").kind == "causal-lm"
+
+
+def test_nvfp4_is_never_written_to_other_values() -> None:
+    """compressed-tensors divides e4m3 block scales by a global scale (precisionlab multiplies them by g), and its
+    nvfp4 decompression computes in bfloat16 (unpack_fp4_from_uint8's default dtype), so fp32(v * s_b * g) comes
+    back rounded to bf16. A tensor is refused when no float32 G reproduces every block's scale, or when CT's own
+    decompression of what would be written differs from the evaluated values; nothing else is written."""
+    import torch
+
+    from precisionlab.interop.writers import compressed as ct
+    from precisionlab.quant import quantize
+
+    rng = np.random.default_rng(0)
+    reasons = {"global scale": 0, "decompression": 0}
+    for _ in range(20):
+        q = quantize((rng.standard_normal((32, 64)) * rng.uniform(0.01, 10)).astype(np.float32), "nvfp4")
+        try:
+            tensors, fmt, fields = ct.compress(q)
+        except ValueError as exc:
+            reasons["global scale" if "global scale" in str(exc) else "decompression"] += 1
+            continue
+        scheme = ct.scheme_object(fields, fmt, ["Linear"])  # written only if CT reads back the same values
+        back = ct.compressor(fmt).decompress(dict(tensors), scheme)["weight"].to(torch.float32).numpy()
+        assert np.array_equal(_bits(back), _bits(q.dequantize()))
+    assert reasons["global scale"] and reasons["decompression"], reasons

@@ -26,7 +26,8 @@ Details where CT differs and what is done about it:
   / bf16 value exactly: 2 bytes more per scale than the evaluation counted, reported beside the bytes.
 - NVFP4. CT divides the block scale by a global scale (scale / global_scale); precisionlab multiplies it by
   the tensor scale g (fp32(s_b * g)). The global scale written is fp32(1 / g); where fp32(s_b / fp32(1 / g))
-  differs from fp32(s_b * g) for any block the tensor is refused (it would load to other values).
+  differs from fp32(s_b * g) for any block the tensor is refused (it would load to other values). CT 0.20.1
+  also decompresses nvfp4 in bfloat16, which the final check below catches: nvfp4 is refused in practice.
 - Every compressed tensor is decompressed by CT's own compressor before it is returned, and must equal
   `q.dequantize()` bit for bit; otherwise ValueError (never a file that loads to different values).
 """
