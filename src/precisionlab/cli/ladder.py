@@ -108,9 +108,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
                 "calib_size": calib_size, "seed": seed, "resamples": resamples, "alpha": float(alpha)}
     try:
         with StepProgress() as progress:
-            result, loaded_info, lines = _climb(model, steps, task_names, max_drop, examples, grow, max_examples,
-                                                block_ids, calib_size, seed, resamples, target, progress, alpha,
-                                                log_path, settings)
+            result, loaded_info, lines, evaluator = _climb(model, steps, task_names, max_drop, examples, grow,
+                                                           max_examples, block_ids, calib_size, seed, resamples,
+                                                           target, progress, alpha, log_path, settings)
     except KeyboardInterrupt:
         kept = (f"; the finished steps are kept in {log_path}: run the same command again to resume"
                 if log_path is not None and log_path.is_file() else "; give --out DIR to keep finished steps")
@@ -127,6 +127,11 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     from precisionlab.labs.ladder import ladder_lab
 
     lab = ladder_lab(result, params, loaded_info)
+    from precisionlab.cli.common import current_outputs
+    from precisionlab.export.ladder import step_findings
+
+    outputs = current_outputs()  # each step's layers, and a calibrated step's codes beside ladder.json
+    lab.findings.update(step_findings(evaluator, result, outputs.out_stage if outputs is not None else None))
     emit(lab, as_json, out_dir)
     if out_dir is not None:
         _write_html(lab, out_dir, quiet=as_json)
@@ -140,7 +145,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
            target: str, progress: Any, alpha: float = ALPHA, log_path: Path | None = None,
-           settings: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[str]]:
+           settings: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[str], Any]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
     from precisionlab.eval import data
     from precisionlab.ptq import token_batches
@@ -158,7 +163,7 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
         result = climb_logged(steps, evaluator, evaluator.planned_bytes, start, max_drop, target, grow, max_examples,
                               alpha, progress, log_path, identity)
     info = {"name": loaded.name, "grid_note": loaded.grid_note, "bytes": loaded.nbytes}
-    return result, info, sorted(set(warning_lines(caught)))
+    return result, info, sorted(set(warning_lines(caught))), evaluator
 
 
 def climb_logged(steps: list[Any], evaluate: Any, planned_bytes: Callable[[Any], int] | None, examples: int,

@@ -270,6 +270,8 @@ def COMMAND(model: str, method: str | None, scheme: str | None, blocks: str | No
               "eval_tasks": ",".join(task_names) if evaluate_tasks else "", "max_drop": float(max_drop),
               "eval_size": float(eval_size), "command": _command(model, method, canonical, blocks, calib_data,
                                                                  calib_size, settings)}
+    if save_path is not None:  # where the codes are: `precisionlab export --from ptq.json` ships them
+        params["save"] = str(save_path.resolve())
     from precisionlab.labs.ptq import ptq_lab
 
     lab = ptq_lab(result, params, evaluation, lines, eval_note)

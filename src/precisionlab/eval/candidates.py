@@ -5,6 +5,9 @@
     e4m3:row+act=e4m3:row       fp8 weights and per-token fp8 activations
     none+kv=int8:row            the KV cache only (keys and values per token and head)
     int4:g128+kv=int4:g32       weights and KV cache
+    gguf_q4_0+act=llamacpp      each linear's input quantized as llama.cpp's CPU matmul quantizes it for the
+                                weight's GGML type in the GGUF export (Q8_0 / Q8_1 / Q8_K blocks, fp16 for F16
+                                weights; models.llamacpp)
 
 Parts are joined by "+" (scheme strings never contain it); `none` leaves the weights alone.
 The label is the canonical spelling (each scheme as `str(parse_scheme(...))`), so two spellings
@@ -23,6 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from precisionlab.quant import parse_scheme
+
+LLAMACPP = "llamacpp"
+"""act=llamacpp: llama.cpp's activation quantization, per weight type (models.llamacpp)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,8 @@ def parse_candidate(text: str) -> Candidate:
             raise ValueError(f"part {part!r} of candidate {text!r}: expected act=SCHEME or kv=SCHEME")
         if key in found:
             raise ValueError(f"candidate {text!r} sets {key}= twice")
-        found[key] = str(parse_scheme(value.strip()))
+        value = value.strip()
+        found[key] = LLAMACPP if key == "act" and value.lower() == LLAMACPP else str(parse_scheme(value))
     candidate = Candidate(weights, found.get("act"), found.get("kv"))
     if candidate.weights is None and candidate.act is None and candidate.kv is None:
         raise ValueError(f"candidate {text!r} quantizes nothing (the reference is always compared against)")

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from precisionlab.eval import scoring, stats
-from precisionlab.eval.candidates import Candidate
+from precisionlab.eval.candidates import LLAMACPP, Candidate
 from precisionlab.eval.reference import load_reference, ragged, reference_key, save_reference, unragged
 from precisionlab.eval.tasks import TaskSpec
 from precisionlab.models import peers
@@ -275,7 +275,9 @@ def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
         try:
             with contextlib.ExitStack() as stack:
                 act_layers = 0
-                if candidate.act:
+                if candidate.act == LLAMACPP:
+                    act_layers = len(stack.enter_context(_llamacpp(loaded, report, candidate.weights)))
+                elif candidate.act:
                     act_layers = len(stack.enter_context(activation_quantization(loaded.model, candidate.act,
                                                                                  include, exclude)))
                 make_cache = None
@@ -286,6 +288,14 @@ def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
         finally:
             if report is not None:
                 report.restore()
+
+
+def _llamacpp(loaded: Any, report: Any, scheme: str | None) -> Any:
+    """act=llamacpp: every Linear's input as llama.cpp quantizes it for its weight's GGML type."""
+    from precisionlab.models.llamacpp import block_mins, linear_types, llamacpp_activations
+
+    types = linear_types(loaded, report, scheme)
+    return llamacpp_activations(loaded.model, types, block_mins(report, loaded.model, scheme, types))
 
 
 def spill_parent() -> str | None:

@@ -204,8 +204,14 @@ def _load_pretrained(source: ModelSource, dtype: str) -> LoadedModel:
         raise ValueError(f"cannot read the model config of {source.spec}: {_first_line(exc)}") from None
     kind = _detect_kind(config)
     auto = transformers.AutoModelForCausalLM if kind == CAUSAL else transformers.AutoModel
+    extra: dict[str, Any] = {}
+    quantization = getattr(config, "quantization_config", None) or {}
+    if isinstance(quantization, dict) and quantization.get("quant_method") == "compressed-tensors":
+        # a compressed-tensors checkpoint: decompressed on load into plain float weights (compressed-tensors'
+        # own decompression), so every weight is an ordinary Linear weight as in any other model
+        extra["quantization_config"] = transformers.CompressedTensorsConfig(dequantize=True)
     try:
-        model = auto.from_pretrained(location, dtype=_torch_dtype(dtype))
+        model = auto.from_pretrained(location, dtype=_torch_dtype(dtype), **extra)
         tokenizer = transformers.AutoTokenizer.from_pretrained(location)
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"cannot load {source.spec}: {_first_line(exc)}") from None

@@ -78,6 +78,8 @@ class ModelEvaluator:
         self.base_examples = base_examples or len(self.base[0].items)
         self._abs_max: dict[str, Any] | None = None
         self._calibrated_runs: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+        self.step_results: dict[str, Any] = {}
+        """Step name -> the PTQResult a calibrated step installed (what `precisionlab export` ships)."""
         self._evaluated: list[Any] = []
         self._examples_seen: dict[str, tuple[int, int]] = {}
         """Per step: the examples last asked for and the first task's count they gave."""
@@ -222,6 +224,7 @@ class ModelEvaluator:
             self._calibrated_runs[key] = run_method(model, method, step.scheme, self.calibration, layers=names,
                                                     options=CALIBRATED_OPTIONS[method])
         result = self._calibrated_runs[key]
+        self.step_results[step.name] = result
         failed = [r.name for r in result.layers if r.status != "ok"]
         if failed:
             raise ValueError(f"step {step.name}: {method} failed on {len(failed)} layer(s), first {failed[0]}")

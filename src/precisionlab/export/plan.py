@@ -1,0 +1,137 @@
+"""Put the evaluated weights into the loaded model and keep the stored form of every quantized layer.
+
+    prepared = prepare(loaded, recipe)
+    prepared.quantized       layer -> QuantizedTensor: the codes, scales and zero points to write
+    prepared.report          the models.weights.QuantizationReport of what was installed (restore() undoes it)
+    prepared.state()         parameter name -> float32 values the model now computes with
+
+The weights are installed the way the evaluation installs them, so the model afterwards holds exactly what
+was evaluated: a scheme (--scheme, a ladder step) through `models.weights.quantize_weights` (eval's plain
+candidates); saved codes (a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result`
+(eval's PTQ candidates: AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer
+schemes through `ptq.install.install`, each layer rounded to nearest under its own scheme.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from precisionlab.export.results import Recipe
+
+
+@dataclass
+class Prepared:
+    loaded: Any
+    recipe: Recipe
+    report: Any
+    quantized: dict[str, Any]
+    """Layer (module) name -> QuantizedTensor."""
+    tied: dict[str, str] = field(default_factory=dict)
+    """Parameter name -> the name of the parameter it is tied to (written once)."""
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Every parameter (each tensor once: a tied one under its first name) as float32 numpy."""
+        out: dict[str, np.ndarray] = {}
+        seen: dict[int, str] = {}
+        for name, p in self.loaded.model.named_parameters(remove_duplicate=False):
+            key = id(p)
+            if key in seen:
+                self.tied[name] = seen[key]
+                continue
+            seen[key] = name
+            out[name] = p.detach().float().numpy()
+        return out
+
+    def restore(self) -> None:
+        self.report.restore()
+
+
+def check_layers(model: Any, recipe: Recipe) -> dict[str, Any]:
+    """The modules the recipe quantizes (ValueError before any work for a name that is not a weight layer or a
+    kind no export format holds)."""
+    from precisionlab.models.weights import CONV1D, layer_kind, linear_layers
+
+    modules = dict(model.named_modules())
+    if recipe.scheme is not None and not recipe.stored and not recipe.layers:
+        chosen = linear_layers(model, recipe.include, recipe.exclude)
+    else:
+        names = list(recipe.stored or recipe.layers)
+        missing = [n for n in names if n not in modules or getattr(modules[n], "weight", None) is None]
+        if missing:
+            raise ValueError(f"the model has no weight layer {missing[0]!r} (the saved result was made on another "
+                             "model?)")
+        chosen = {n: modules[n] for n in names}
+    for name, module in chosen.items():
+        if layer_kind(module) == CONV1D:
+            raise ValueError(f"{name} is a Conv1D (GPT-2's transposed linear); export writes Linear and Embedding "
+                             "weights")
+    for name, q in recipe.stored.items():
+        shape = tuple(int(d) for d in modules[name].weight.shape)
+        if tuple(q.shape) != shape:
+            raise ValueError(f"saved layer {name} has shape {tuple(q.shape)}, the model's weight {shape}")
+    return chosen
+
+
+def prepare(loaded: Any, recipe: Recipe) -> Prepared:
+    """Install the recipe into loaded.model (see the module docstring)."""
+    from precisionlab.quant import quantize
+
+    model = loaded.model
+    chosen = check_layers(model, recipe)
+    if recipe.stored:
+        return _install_stored(loaded, recipe)
+    if recipe.layers:
+        originals = {n: chosen[n].weight.detach().float().numpy() for n in recipe.layers}
+        quantized = {n: quantize(originals[n], s) for n, s in recipe.layers.items()}
+        return _install_codes(loaded, recipe, quantized)
+    from precisionlab.models.weights import quantize_weights
+
+    assert recipe.scheme is not None
+    originals = {n: m.weight.detach().float().numpy().copy() for n, m in chosen.items()}
+    report = quantize_weights(model, recipe.scheme, recipe.include, recipe.exclude)
+    skipped = report.skipped
+    if skipped:
+        report.restore()
+        raise ValueError(f"{recipe.scheme} cannot quantize {skipped[0].name}: {skipped[0].note}")
+    quantized = {r.name: quantize(originals[r.name], recipe.scheme) for r in report.quantized}
+    return Prepared(loaded, recipe, report, quantized)
+
+
+def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any]) -> Prepared:
+    from precisionlab.ptq.install import install
+
+    def write(model: Any) -> None:
+        import torch
+
+        modules = dict(model.named_modules())
+        with torch.no_grad():
+            for name, q in quantized.items():
+                weight = modules[name].weight
+                weight.copy_(torch.from_numpy(q.dequantize()).to(weight.dtype))
+
+    report = install(loaded.model, write, {n: q.nbytes for n, q in quantized.items()}, recipe.description)
+    return Prepared(loaded, recipe, report, quantized)
+
+
+def _install_stored(loaded: Any, recipe: Recipe) -> Prepared:
+    """Saved codes, as the evaluation's PTQ candidate installs them (ptq.install.install_result)."""
+    from precisionlab.ptq.install import install_result, write_weights
+    from precisionlab.ptq.run import PTQResult
+    from precisionlab.ptq.structure import scale_groups
+
+    model = loaded.model
+    folds = []
+    if recipe.folds:
+        groups = {g.prev: g for g in scale_groups(model, list(recipe.stored))}
+        for prev, scales in recipe.folds:
+            if prev not in groups:
+                raise ValueError(f"the saved AWQ scales fold into {prev}, which is no scale group of this model")
+            folds.append((groups[prev], np.asarray(scales, dtype=np.float64)))
+    scheme = recipe.scheme or "mixed"
+    result = PTQResult(recipe.method if recipe.method in ("rtn", "gptq", "awq") else "rtn", scheme, [],
+                       quantized=dict(recipe.stored), folds=folds)
+    report = install_result(model, result, lambda m: write_weights(m, result), recipe.description)
+    return Prepared(loaded, recipe, report, dict(recipe.stored))
