@@ -24,7 +24,7 @@ from typing import Any
 
 from precisionlab.labs import Lab
 from precisionlab.peers import TORCH_INSTALL, optional_import
-from precisionlab.results import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import INTERVAL_STYLE, Figure, LabResult, Scalar, Series, Table
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nvfp4", "mxfp4")
 LAB_SCHEMES = ("int8:row", "int4")
@@ -298,7 +298,7 @@ def _task_figure(evaluation: Any, task: Any, by_label: dict[str, Any]) -> Figure
         x = _bits(by_label[outcome.candidate])
         low, high = _ci(comparison)
         series.append(Series(outcome.candidate, [x, x, x], [low, comparison.interval.estimate, high], kind="line",
-                             style="-o"))
+                             style=INTERVAL_STYLE))
     threshold = -evaluation.max_drop if task.higher_is_better else evaluation.max_drop
     unit_label = UNIT_LABELS[task.unit]
     spread = max((abs(v) for s in series for v in s.y if math.isfinite(v)), default=0.0)
@@ -308,7 +308,7 @@ def _task_figure(evaluation: Any, task: Any, by_label: dict[str, Any]) -> Figure
                   ylabel=f"{task.primary} difference ({unit_label}), 95 % CI", series=series,
                   hlines=[(0.0, "reference"), (threshold, f"threshold {threshold:g}")],
                   yscale="symlog" if wide else "linear",
-                  note="each bar: the 95 % interval, the middle point the estimate"
+                  note="each bar: the 95 % interval, the marker the estimate"
                        + ("; symmetric log scale (linear within ±2)" if wide else ""))
 
 
