@@ -165,3 +165,25 @@ def test_a_busy_machine_gets_one_thread_and_says_so(torch_threads, monkeypatch: 
     assert common.set_torch_threads(3) is None and torch_threads.get_num_threads() == 3  # --threads wins
     with pytest.raises(ValueError, match="--threads must be a positive integer, got 0"):
         common.set_torch_threads(0)
+
+
+def test_writing_the_files_keeps_the_heartbeat(run_cli, monkeypatch: pytest.MonkeyPatch, tmp_path,  # type: ignore[no-untyped-def]
+                                               lines: list[tuple[float, str]]) -> None:
+    """After a model command's last step its figures and JSON are written (12 s under load in a real eval, with
+    no line): off a terminal that phase has its heartbeat too; a command that writes nothing prints nothing."""
+    from precisionlab.report import outputs
+
+    real = outputs.write_lab_files
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(common, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(outputs, "write_lab_files", slow)
+    result = run_cli("formats", "fp16", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    texts = [text for _, text in lines]
+    assert texts and all(t.startswith("writing the results: ") for t in texts), texts
+    lines.clear()
+    assert run_cli("formats", "fp16").exit_code == 0 and lines == []

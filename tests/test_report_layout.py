@@ -13,11 +13,15 @@ from precisionlab.report.html import FIGURE_MIN_SCALE, LONG_TABLE_ROWS, FigureFi
 from precisionlab.results import INTERVAL_STYLE, Figure, LabResult, Series, Table
 
 
-def test_dodge_offsets_spread_the_intervals_that_share_an_x() -> None:
+def test_dodge_offsets_spread_the_intervals_that_would_touch() -> None:
+    """Display positions in points; DODGE_PT = 9."""
     d = plots.DODGE_PT
-    assert plots.dodge_offsets([4.25, 4.25, 8.0]) == [-d / 2, d / 2, 0.0]
-    assert plots.dodge_offsets([4.0, None, 4.0, 4.0]) == [-d, 0.0, 0.0, d]
-    assert plots.dodge_offsets([1.0, 2.0]) == [0.0, 0.0]
+    assert plots.dodge_offsets([100.0, 100.0, 300.0]) == [-d / 2, d / 2, 0.0]  # GPTQ and RTN at one x
+    assert plots.dodge_offsets([100.0, None, 100.0, 100.0]) == [-d, 0.0, 0.0, d]
+    # int4:g128 at 4.469 and nvfp4 at 4.5 bits: 4 pt apart, spread to 9 around their mean 102
+    assert plots.dodge_offsets([100.0, 104.0, 200.0]) == [-2.5, 2.5, 0.0]
+    assert plots.dodge_offsets([100.0, 109.0]) == [0.0, 0.0]  # already a marker apart
+    assert plots.dodge_clusters([300.0, 100.0, 104.0]) == [[1, 2]]
 
 
 def test_line_labels_never_sit_on_each_other() -> None:

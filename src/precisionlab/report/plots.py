@@ -383,38 +383,52 @@ def is_interval(s: Series, xs: Sequence[float]) -> bool:
     return s.style == INTERVAL and len(xs) == 3 and xs[0] == xs[1] == xs[2]
 
 
-def dodge_offsets(xs: Sequence[float | None]) -> list[float]:
-    """Offsets in points for items at x positions (None: not an interval): the items sharing an x spread
-    DODGE_PT apart around it, in their order; an item alone at its x stays put."""
-    groups: dict[float, list[int]] = {}
-    for i, x in enumerate(xs):
-        if x is not None:
-            groups.setdefault(x, []).append(i)
-    offsets = [0.0] * len(xs)
-    for members in groups.values():
-        for rank, i in enumerate(members):
-            offsets[i] = (rank - (len(members) - 1) / 2) * DODGE_PT
+def dodge_clusters(positions: Sequence[float | None]) -> list[list[int]]:
+    """Indices of the intervals (display x positions in points; None: not an interval) that would touch: runs
+    of neighbours closer than DODGE_PT, in x order (ties in series order); only runs of two or more."""
+    items = sorted((p, i) for i, p in enumerate(positions) if p is not None)
+    runs: list[list[tuple[float, int]]] = []
+    for p, i in items:
+        if runs and p - runs[-1][-1][0] < DODGE_PT:
+            runs[-1].append((p, i))
+        else:
+            runs.append([(p, i)])
+    return [[i for _, i in run] for run in runs if len(run) > 1]
+
+
+def dodge_offsets(positions: Sequence[float | None]) -> list[float]:
+    """Display offsets (points): each cluster (dodge_clusters) redrawn DODGE_PT apart around its mean position;
+    every other interval stays put."""
+    offsets = [0.0] * len(positions)
+    for cluster in dodge_clusters(positions):
+        places = [positions[i] or 0.0 for i in cluster]
+        mean = sum(places) / len(places)
+        for rank, (i, place) in enumerate(zip(cluster, places, strict=True)):
+            offsets[i] = mean + (rank - (len(cluster) - 1) / 2) * DODGE_PT - place
     return offsets
 
 
 def _dodge_intervals(figure: Any, ax: Any, data: list[tuple[tuple[list[float], list[float]], Series]],
                      artists: list[list[Any]]) -> list[str]:
-    """Move the error bars of intervals that share an x apart (a display offset: the data stay as they are)."""
+    """Move apart the error bars of intervals that would touch (a display offset: the data stay as they are)."""
     from matplotlib.transforms import offset_copy
 
+    to_points = 72.0 / DPI
     xs = [xy[0][1] if is_interval(s, xy[0]) else None for xy, s in data]
-    offsets = dodge_offsets(xs)
-    shared: dict[float, list[str]] = {}
-    for (_, s), x, offset, drawn in zip(data, xs, offsets, artists, strict=True):
-        if x is None or xs.count(x) == 1:
-            continue
-        shared.setdefault(x, []).append(s.label)
+    positions = [None if x is None else float(ax.transData.transform((x, 0.0))[0]) * to_points for x in xs]
+    offsets = dodge_offsets(positions)
+    for offset, drawn in zip(offsets, artists, strict=True):
         if offset:
-            moved = offset_copy(ax.transData, fig=figure, x=offset, y=0.0, units="points")
+            shifted = offset_copy(ax.transData, fig=figure, x=offset, y=0.0, units="points")
             for artist in drawn:
-                artist.set_transform(moved)
-    return [f"{_names(labels)} share x = {x:g}: their intervals are drawn side by side, {DODGE_PT:g} pt apart"
-            for x, labels in shared.items() if len(labels) > 1]
+                artist.set_transform(shifted)
+    notes = []
+    for cluster in dodge_clusters(positions):
+        labels = [data[i][1].label for i in cluster]
+        values = {xs[i] for i in cluster}
+        where = f"share x = {next(iter(values)):g}" if len(values) == 1 else "lie within a marker's width in x"
+        notes.append(f"{_names(labels)} {where}: their intervals are drawn side by side, {DODGE_PT:g} pt apart")
+    return notes
 
 
 def line_label_rises(heights: Sequence[float]) -> list[float]:
