@@ -72,6 +72,15 @@ def test_phases_and_the_time_between_steps_have_their_own_lines(lines: list[tupl
                          for t in after), after
 
 
+def test_a_long_last_line_is_quoted_short() -> None:
+    progress = StepProgress(terminal=False)
+    progress.last_line = "the machine is busy (load average 7.6 on 2 CPUs): torch runs 1 thread, not its default 2"
+    progress.last_line_at = progress.began = 0.0
+    quoted = progress.last_line[:common.QUOTE_CHARS - 1]  # 59 characters, then the ellipsis
+    assert quoted.endswith("torch run")
+    assert progress.status(5.0) == f'working: 5.0 s since "{quoted}…" (5.0 s in all)'
+
+
 def test_count_sets_an_absolute_count_and_restarts_on_a_new_step() -> None:
     progress = StepProgress(terminal=False)
     progress.count("gptq: layers", 4, 10)

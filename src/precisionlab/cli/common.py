@@ -388,6 +388,8 @@ def busy_machine_threads() -> str | None:
 
 HEARTBEAT_S = 5.0
 """Off a terminal, a model command prints a line at least this often while it works (StepProgress)."""
+QUOTE_CHARS = 60
+"""A heartbeat between steps quotes the last line up to this many characters."""
 
 
 def duration(seconds: float) -> str:
@@ -509,7 +511,8 @@ class StepProgress:
         """The heartbeat line: what runs now, how far it is and how long it has taken."""
         now = time.perf_counter() if now is None else now
         if self.description is None:
-            since = f' since "{self.last_line}"' if self.last_line else ""
+            last = self.last_line if len(self.last_line) <= QUOTE_CHARS else self.last_line[:QUOTE_CHARS - 1] + "…"
+            since = f' since "{last}"' if last else ""
             return f"working: {duration(now - self.last_line_at)}{since} ({duration(now - self.began)} in all)"
         elapsed = now - self.step_began
         if not self.total:
