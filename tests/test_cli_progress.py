@@ -1,4 +1,4 @@
-"""Progress of the model commands (cli.common.StepProgress) off a terminal: never silent for long.
+"""Progress of the model commands off a terminal (cli.progress.StepProgress, re-exported by cli.common).
 
 Before the heartbeat, a step printed only its closing line: `eval` was silent for 24 minutes while the choice
 reference ran under load. The lines here are recorded with their times by replacing `progress_line`, the one
@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from precisionlab.cli import common
-from precisionlab.cli.common import StepProgress, duration
+from precisionlab.cli import progress as module
+from precisionlab.cli.common import StepProgress, duration  # re-exported from cli.progress
 
 
 @pytest.fixture
 def lines(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
     recorded: list[tuple[float, str]] = []
-    monkeypatch.setattr(common, "progress_line", lambda text: recorded.append((time.perf_counter(), text)))
+    monkeypatch.setattr(module, "progress_line", lambda text: recorded.append((time.perf_counter(), text)))
     return recorded
 
 
@@ -76,7 +76,7 @@ def test_a_long_last_line_is_quoted_short() -> None:
     progress = StepProgress(terminal=False)
     progress.last_line = "the machine is busy (load average 7.6 on 2 CPUs): torch runs 1 thread, not its default 2"
     progress.last_line_at = progress.began = 0.0
-    quoted = progress.last_line[:common.QUOTE_CHARS - 1]  # 59 characters, then the ellipsis
+    quoted = progress.last_line[:module.QUOTE_CHARS - 1]  # 59 characters, then the ellipsis
     assert quoted.endswith("torch run")
     assert progress.status(5.0) == f'working: 5.0 s since "{quoted}…" (5.0 s in all)'
 
@@ -119,7 +119,7 @@ def test_eval_through_the_cli_with_a_slow_model_never_goes_quiet(run_cli, monkey
     from tests.model_helpers import smollm2_slice
 
     loaded = smollm2_slice()
-    monkeypatch.setattr(common, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(module, "HEARTBEAT_S", 0.2)
     monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: loaded)
 
     def slow(*_args: object) -> None:
@@ -158,22 +158,22 @@ def torch_threads():  # type: ignore[no-untyped-def]
     (16, 16, 4.2, 12), (8, 16, 2.0, 8), (4, 4, 40.0, 1),
 ])
 def test_busy_threads_leaves_the_cpus_others_use(default: int, cpus: int, load: float, expected: int) -> None:
-    assert common.busy_threads(default, cpus, load) == expected
+    assert module.busy_threads(default, cpus, load) == expected
 
 
 def test_a_busy_machine_gets_one_thread_and_says_so(torch_threads, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     torch_threads.set_num_threads(2)
-    monkeypatch.setattr(common.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
-    monkeypatch.setattr(common.os, "getloadavg", lambda: (9.8, 9.0, 6.0), raising=False)
-    line = common.set_torch_threads(None)
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(module.os, "getloadavg", lambda: (9.8, 9.0, 6.0), raising=False)
+    line = module.set_torch_threads(None)
     assert torch_threads.get_num_threads() == 1
     assert line is not None and "load average 9.8 on 2 CPUs" in line and "not its default 2" in line
     torch_threads.set_num_threads(2)
-    monkeypatch.setattr(common.os, "getloadavg", lambda: (0.2, 0.3, 0.4), raising=False)
-    assert common.set_torch_threads(None) is None and torch_threads.get_num_threads() == 2  # idle: torch's own
-    assert common.set_torch_threads(3) is None and torch_threads.get_num_threads() == 3  # --threads wins
+    monkeypatch.setattr(module.os, "getloadavg", lambda: (0.2, 0.3, 0.4), raising=False)
+    assert module.set_torch_threads(None) is None and torch_threads.get_num_threads() == 2  # idle: torch's own
+    assert module.set_torch_threads(3) is None and torch_threads.get_num_threads() == 3  # --threads wins
     with pytest.raises(ValueError, match="--threads must be a positive integer, got 0"):
-        common.set_torch_threads(0)
+        module.set_torch_threads(0)
 
 
 def test_writing_the_files_keeps_the_heartbeat(run_cli, monkeypatch: pytest.MonkeyPatch, tmp_path,  # type: ignore[no-untyped-def]
@@ -188,7 +188,7 @@ def test_writing_the_files_keeps_the_heartbeat(run_cli, monkeypatch: pytest.Monk
         time.sleep(0.5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(common, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(module, "HEARTBEAT_S", 0.1)
     monkeypatch.setattr(outputs, "write_lab_files", slow)
     result = run_cli("formats", "fp16", "--out", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
