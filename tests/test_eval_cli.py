@@ -137,3 +137,19 @@ def test_smollm2_ppl_and_a_user_choice_file(run_cli, tmp_path: Path) -> None:  #
     assert errors["int8:row"]["skipped layers"] == 0
     assert "model.layers.0.self_attn.k_proj: skipped" in result.stdout and "outliers=200" in result.stdout
     assert findings[f"eval.ppl.{skipping}.verdict"] in ("pass", "fail", "inconclusive")
+
+
+def test_the_terminal_view_leaves_the_findings_to_json_unless_asked(run_cli) -> None:  # type: ignore[no-untyped-def]
+    """The terminal view printed every finding after the tables (about 170 lines at the default size): now the
+    tables and verdicts, one line saying where the findings are, and all of them behind --findings."""
+    minilm()
+    args = ["eval", "--model", "minilm-l6", "--schemes", "int8:row", "--size", "0.2", "--resamples", "500"]
+    plain = run_cli(*args)
+    assert plain.exit_code == 0, plain.output
+    assert "INCONCLUSIVE" in plain.stdout or "PASS" in plain.stdout or "FAIL" in plain.stdout  # the verdicts
+    assert "eval.retrieval.int8:row.verdict" not in plain.stdout
+    count = len(json.loads(run_cli(*args, "--json").stdout)["findings"])
+    assert f"{count} findings (every number above, by key): in --json, or --findings" in plain.stdout
+    full = run_cli(*args, "--findings")
+    assert full.exit_code == 0 and "eval.retrieval.int8:row.verdict" in full.stdout
+    assert "findings (every number above" not in full.stdout

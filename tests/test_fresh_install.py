@@ -135,6 +135,6 @@ def test_skip_records_a_part_in_the_json_the_findings_and_the_table_note() -> No
     assert data["skipped"] == [{"key": "torch_rows", "what": "torch rows", "reason": "torch is not installed",
                                 "install": "pip install torch==2.13.0", "section": "t"}]
     assert data["findings"]["skipped.torch_rows"] == "torch is not installed"
-    assert data["sections"][0]["note"] == ("n. Skipped: torch rows: skipped, torch is not installed "
+    assert data["sections"][0]["note"] == ("n. Skipped: torch rows: torch is not installed "
                                            "(install: pip install torch==2.13.0).")
     assert LabResult(name="y", title="y").to_dict()["skipped"] == []

@@ -2,10 +2,14 @@
 
 The full default report (`precisionlab run`, every lab at its default size, plus a saved ladder
 result through --include) is built once per session; set PRECISIONLAB_BROWSER_REPORT=quick to use
-`run --quick` instead. At 1000, 1280 and
+`run --quick` instead. At 390 (a phone), 1000, 1280 and
 1920 px the page must not scroll sideways (wide tables scroll inside their own boxes), every
 image must have loaded, every contents and summary link must land on an element, and the console
 must hold no error. A screenshot of each width is saved beside the report (screenshot-<width>.png).
+At 1280 px and wider every table shows all its columns, none cut at the box's edge (a newcomer read
+`1e-0` for `1e-08` in a cut conclusion column); where a table must scroll (1000 px) its first column
+stays pinned. At 390 px the summary's checks are on screen beside each headline, and no figure is
+shrunk below FIGURE_MIN_SCALE of its size (its axis text stays readable; it scrolls in its box).
 
 Needs selenium (pip) and Chromium with its driver (Debian: apt-get install chromium chromium-driver;
 .ci/run installs them); without them the tests skip and say which is missing, unless
@@ -21,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-WIDTHS = (1000, 1280, 1920)
+WIDTHS = (390, 1000, 1280, 1920)
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DRIVERS = ("chromedriver",)
 SCREENSHOT_HEIGHT = 2400
@@ -178,3 +182,70 @@ def test_the_included_ladder_is_a_section_with_its_figure(report: Path, driver) 
     width = driver.execute_script("return document.querySelector('#lab-ladder figure img').naturalWidth")
     assert width > 0
     assert driver.execute_script("return document.querySelector('nav a[href=\"#lab-ladder\"]') !== null")
+
+
+CUT_TABLES = """
+return [...document.querySelectorAll('.scroll')].filter(box => box.querySelector('table'))
+  .filter(box => box.scrollWidth > box.clientWidth + 1)
+  .map(box => `${(box.closest('section.part') || {}).id}: ${box.scrollWidth} px in ${box.clientWidth}`);
+"""
+
+PINNED_FIRST_COLUMN = """
+const out = [];
+for (const box of document.querySelectorAll('.scroll')) {
+  if (!box.querySelector('table') || box.scrollWidth <= box.clientWidth + 1) continue;
+  box.scrollLeft = box.scrollWidth;
+  const left = box.getBoundingClientRect().left;
+  const cell = box.querySelector('tbody td:first-child');
+  const where = (box.closest('section.part') || {}).id;
+  if (Math.abs(cell.getBoundingClientRect().left - left) > 2) out.push(`${where}: first column scrolled away`);
+  box.scrollLeft = 0;
+}
+return out;
+"""
+
+PHONE_SUMMARY = """
+const vw = document.documentElement.clientWidth;
+return [...document.querySelectorAll('#summary tbody tr')].map(row => {
+  const checks = row.querySelector('td.checks').getBoundingClientRect();
+  const name = row.querySelector('td').innerText;
+  return (checks.width > 40 && checks.height > 0 && checks.left >= 0 && checks.right <= vw + 0.5) ? null
+    : `${name}: checks at ${Math.round(checks.left)}..${Math.round(checks.right)} px of ${vw}`;
+}).filter(x => x);
+"""
+
+SHRUNK_FIGURES = """
+return [...document.querySelectorAll('figure img')]
+  .filter(i => i.getBoundingClientRect().width < arguments[0] * i.naturalWidth - 1)
+  .map(i => `${i.getAttribute('src')}: ${Math.round(i.getBoundingClientRect().width)} of ${i.naturalWidth} px`);
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_every_table_shows_all_its_columns_at_desktop_widths(report: Path, driver, width: int) -> None:  # type: ignore[no-untyped-def]
+    _open(driver, report / "index.html", width)
+    assert driver.execute_script(CUT_TABLES) == [], "tables cut at their box's edge"
+
+
+def test_a_table_that_must_scroll_keeps_its_first_column(report: Path, driver) -> None:  # type: ignore[no-untyped-def]
+    _open(driver, report / "index.html", 1000)
+    assert driver.execute_script(PINNED_FIRST_COLUMN) == []
+
+
+def test_on_a_phone_the_summary_checks_and_the_figures_are_readable(report: Path, driver) -> None:  # type: ignore[no-untyped-def]
+    from precisionlab.report.html import FIGURE_MIN_SCALE
+
+    _open(driver, report / "index.html", 390)
+    assert driver.execute_script("return document.querySelectorAll('#summary tbody tr').length") > 5
+    assert driver.execute_script(PHONE_SUMMARY) == [], "summary checks off screen"
+    assert driver.execute_script(SHRUNK_FIGURES, FIGURE_MIN_SCALE) == [], "figures shrunk below readable"
+    driver.execute_script("document.getElementById('summary').scrollIntoView()")
+    _screenshot_from(driver, report / "screenshot-390-summary.png", 390,
+                     int(driver.execute_script("return document.getElementById('summary').offsetTop")))
+
+
+def _screenshot_from(chrome, path: Path, width: int, top: int) -> None:  # type: ignore[no-untyped-def]
+    shot = chrome.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": top, "width": width, "height": 1600, "scale": 1}})
+    path.write_bytes(base64.b64decode(shot["data"]))

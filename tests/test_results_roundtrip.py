@@ -88,7 +88,7 @@ def test_the_eval_lab_at_its_quick_size_round_trips(tmp_path: Path) -> None:
 
 def test_a_fabricated_ladder_round_trips(tmp_path: Path) -> None:
     lab = fabricated_ladder()
-    assert lab.section("steps").formats and lab.figures[0].hlines and lab.figures[0].series[0].style == "-o"
+    assert lab.section("steps").formats and lab.figures[0].hlines and lab.figures[0].series[0].style == "interval"
     assert_round_trip(lab, tmp_path)
 
 

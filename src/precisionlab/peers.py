@@ -11,8 +11,17 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+TORCH_VERSION = "2.13.0"
+"""The torch release precisionlab is tested with (the `models` extra and .ci/constraints.txt pin it too)."""
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+"""PyTorch's index of CPU-only wheels. Its torch is `2.13.0+cpu`: `==2.13.0` matches it (PEP 440 ignores a
+candidate's local label when the specifier has none), while PyPI's `torch==2.13.0` is the CUDA build (cuDNN,
+NCCL, cuBLAS: gigabytes) and pins triton 3.7.1."""
+TORCH_INSTALL = f"pip install torch=={TORCH_VERSION} --index-url {TORCH_CPU_INDEX}"
+"""The CPU-only install line PyTorch documents, pinned: every hint and the README give this one."""
+
 INSTALL_HINTS = {
-    "torch": "pip install torch==2.13.0",  # pinned, as the README's Set-up explains (CPU build)
+    "torch": TORCH_INSTALL,
     "ml_dtypes": "pip install ml_dtypes",
     "triton": "pip install triton==3.9.0",
     "torchao": "pip install --no-deps torchao==0.18.0",
@@ -41,4 +50,5 @@ def missing_reason(name: str) -> str:
     return f"{name} is not installed"
 
 
-__all__ = ["INSTALL_HINTS", "available", "install_hint", "missing_reason", "optional_import"]
+__all__ = ["INSTALL_HINTS", "TORCH_CPU_INDEX", "TORCH_INSTALL", "TORCH_VERSION", "available", "install_hint",
+           "missing_reason", "optional_import"]

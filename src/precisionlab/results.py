@@ -81,7 +81,7 @@ class Series:
     x: Sequence[float]
     y: Sequence[float]
     kind: str = "line"  # line | scatter | step | bar
-    style: str = ""  # optional matplotlib format string, e.g. "--"
+    style: str = ""  # optional matplotlib format string, e.g. "--"; INTERVAL_STYLE: an error bar (see below)
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "x": list(self.x), "y": list(self.y), "kind": self.kind, "style": self.style}
@@ -152,7 +152,8 @@ class Skipped:
     section: str | None = None
 
     def message(self) -> str:
-        return f"{self.what}: skipped, {self.reason} (install: {self.install})"
+        """'<what>: <reason> (install: <command>)', for a line that says 'skipped' once before it."""
+        return f"{self.what}: {self.reason} (install: {self.install})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "what": self.what, "reason": self.reason, "install": self.install,
@@ -252,6 +253,9 @@ class LabResult:
 
 
 SERIES_KINDS = ("line", "scatter", "step", "bar")
+INTERVAL_STYLE = "interval"
+"""Series.style of a confidence interval: y = [low, estimate, high] at one x; the plots draw an error bar with
+one marker at the estimate (a plain line and three markers otherwise)."""
 AXIS_SCALES = ("linear", "log", "symlog", "logit")
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 """How to_dict spells the non-finite floats, and the float each spelling reads back as."""

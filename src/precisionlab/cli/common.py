@@ -8,7 +8,8 @@ A new command gets them all by using `lab_output_options` and `emit` (see docs/c
   written whole: files go to a staging folder and move into place only when the command succeeds,
   so an error or Ctrl-C leaves nothing half-written.
 - `progress(...)` draws a transient bar on a terminal and, when stderr is not a terminal (CI logs,
-  pipes), one line per finished step with the time so far.
+  pipes), one line per finished step with the time so far. The model commands use `StepProgress`
+  (cli.progress, re-exported here), which also prints a line at least every 5 s off a terminal.
 - Numbers typed by the user go through `parse_real` (which refuses what float64 would silently turn
   into inf or 0); rounding modes and overflow policies through `rounding_option` / `overflow_option`
   (every accepted spelling listed in the help, the canonical name handed on).
@@ -29,6 +30,15 @@ from typing import Any, TypeVar
 
 import click
 
+from precisionlab.cli.progress import (
+    HEARTBEAT_S,
+    StepProgress,
+    busy_machine_threads,
+    busy_threads,
+    duration,
+    progress_line,
+    set_torch_threads,
+)
 from precisionlab.results import LabResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -143,11 +153,12 @@ def emit(result: LabResult, as_json: bool, out_dir: Path | None = None, findings
         written = write_lab(result, out_dir) if out_dir is not None else []
         outputs = Outputs(written=written)
     else:
-        if outputs.out_stage is not None and outputs.out is not None:
-            names = [p.name for p in write_lab_files(result, outputs.out_stage, provenance(), outputs.svg)]
-            outputs.written += [outputs.out / name for name in names]
-        if outputs.csv_stage is not None and outputs.csv is not None:
-            outputs.written += [outputs.csv / p.name for p in write_csv_files([result], outputs.csv_stage)]
+        with _writing(outputs):
+            if outputs.out_stage is not None and outputs.out is not None:
+                names = [p.name for p in write_lab_files(result, outputs.out_stage, provenance(), outputs.svg)]
+                outputs.written += [outputs.out / name for name in names]
+            if outputs.csv_stage is not None and outputs.csv is not None:
+                outputs.written += [outputs.csv / p.name for p in write_csv_files([result], outputs.csv_stage)]
         outputs.commit()  # the files are whole before the first line is printed
     if as_json:
         click.echo(dumps(result.to_dict()))
@@ -155,6 +166,18 @@ def emit(result: LabResult, as_json: bool, out_dir: Path | None = None, findings
     from precisionlab.report.terminal import render
 
     render(result, findings=findings)
+
+
+@contextlib.contextmanager
+def _writing(outputs: Outputs) -> Iterator[None]:
+    """Off a terminal, the heartbeat of StepProgress while the result's files are drawn and written (a model
+    command's figures took 12 s under load after its last step line); nothing for a command without files."""
+    if (outputs.out_stage is None and outputs.csv_stage is None) or stderr_is_terminal():
+        yield
+        return
+    with StepProgress(terminal=False) as progress:
+        progress.start("writing the results", 0)
+        yield
 
 
 # ---- option values ---------------------------------------------------------------------------------
@@ -224,8 +247,34 @@ def overflow_option() -> Callable[[F], F]:
 
 
 def split_commas(values: tuple[str, ...]) -> list[str]:
-    """Items of a repeatable, comma-separated option: ("a,b", "c") -> ["a", "b", "c"] (blanks dropped)."""
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+    """Items of a repeatable, comma-separated option: ("a,b", "c") -> ["a", "b", "c"] (blanks dropped).
+
+    ValueError when the option was given but holds no item (`--schemes ""`, `--tasks ,`): an empty list is
+    bad input, never a silent default."""
+    items = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    if values and not items:
+        raise ValueError(f"{option_of(values)}: an empty list; give at least one item, or leave the option out "
+                         "for its default")
+    return items
+
+
+def nonblank(values: tuple[str, ...]) -> list[str]:
+    """The values of a repeatable option taken whole (glob patterns); ValueError for a blank one (`--include ""`
+    would match no name and so quietly change nothing)."""
+    if any(not value.strip() for value in values):
+        raise ValueError(f"{option_of(values)}: an empty value; give a pattern, or leave the option out")
+    return [value.strip() for value in values]
+
+
+def option_of(values: object) -> str:
+    """The option of the running command whose parsed value is `values` (its longest name, '--schemes'), for
+    messages; 'an option' outside a command."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        for param in ctx.command.params:
+            if isinstance(param, click.Option) and param.name and ctx.params.get(param.name) is values:
+                return max(param.opts, key=len)
+    return "an option"
 
 
 def parse_real(text: str, what: str, allow_infinity: bool = True) -> float:
@@ -245,11 +294,6 @@ def stderr_is_terminal() -> bool:
     from rich.console import Console
 
     return Console(stderr=True).is_terminal
-
-
-def progress_line(text: str) -> None:
-    """One progress line on stderr (used when stderr is not a terminal)."""
-    click.echo(text, err=True)
 
 
 class StepLog:
@@ -319,6 +363,33 @@ def busy(message: str) -> Iterator[None]:
         yield
 
 
-__all__ = ["ARGV", "OUTPUTS", "EnumName", "NonEmptyPath", "Outputs", "StepLog", "busy", "current_outputs", "emit",
-           "lab_output_options", "open_outputs", "overflow_option", "parse_real", "positive_int", "progress",
-           "progress_bar", "provenance", "rounding_option", "stderr_is_terminal"]
+__all__ = [
+    "ARGV",
+    "HEARTBEAT_S",
+    "OUTPUTS",
+    "EnumName",
+    "NonEmptyPath",
+    "Outputs",
+    "StepLog",
+    "StepProgress",
+    "busy",
+    "busy_machine_threads",
+    "busy_threads",
+    "current_outputs",
+    "duration",
+    "emit",
+    "lab_output_options",
+    "nonblank",
+    "open_outputs",
+    "option_of",
+    "overflow_option",
+    "parse_real",
+    "positive_int",
+    "progress",
+    "progress_bar",
+    "provenance",
+    "rounding_option",
+    "set_torch_threads",
+    "split_commas",
+    "stderr_is_terminal",
+]

@@ -8,59 +8,12 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, split_commas
+from precisionlab.cli.common import StepProgress, emit, lab_output_options, nonblank, set_torch_threads, split_commas
 
-
-class StepProgress:
-    """Progress over examples: a rich bar on a terminal (stderr), else one line per finished step."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-
-        self.console = Console(stderr=True)
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __enter__(self) -> StepProgress:
-        if self.console.is_terminal:
-            from rich.progress import Progress
-
-            self.bar = Progress(console=self.console, transient=True)
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-
-    def start(self, description: str, total: int) -> None:
-        if self.bar is not None:
-            if self.task is not None:
-                self.bar.remove_task(self.task)
-            self.task = self.bar.add_task(description, total=total)
-
-    def advance(self, n: int) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, advance=n)
-
-    def done(self, description: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(f"[dim]{_escape(description)}[/dim]")
-        else:
-            click.echo(description, err=True)
-
-    def note(self, line: str) -> None:
-        self.done(line)
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
+__all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq and ladder import it from here too
 
 
 @click.command("eval")
@@ -93,21 +46,23 @@ def _escape(text: str) -> str:
               help="Recompute the reference's outputs (neither read nor write the reference cache; a GGUF "
                    "model's converted copy is still used).")
 @click.option("--threads", type=int, default=None,
-              help="torch threads (default: torch's own choice; 1 is often faster on a busy machine).")
+              help="torch threads (default: torch's own, fewer on a busy machine: its CPUs less the load average).")
 @click.option("--speed", is_flag=True,
               help="Also measure decode and prefill tokens/s of each candidate a real kernel runs, against the "
                    "reference; adds the bf16-scale twin of a scheme whose scales no kernel takes (docs/profile.md).")
+@click.option("--findings", "show_findings", is_flag=True,
+              help="Also print every finding (key and value) after the tables; --json and --out always hold them.")
 @lab_output_options
 def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_drop: float, size: float,
             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
-            threads: int | None, speed: bool, as_json: bool, out_dir: Path | None) -> None:
+            threads: int | None, speed: bool, show_findings: bool, as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
     from precisionlab.eval.candidates import parse_candidates
     from precisionlab.eval.data import task_sizes
     from precisionlab.eval.runner import check_max_drop, check_resamples
     from precisionlab.eval.tasks import check_task_names
     from precisionlab.labs import eval as eval_lab
-    from precisionlab.models import load_model, peers
+    from precisionlab.models import load_model
 
     chosen = split_commas(schemes) or list(eval_lab.DEFAULT_SCHEMES)
     parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
@@ -120,18 +75,22 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
     task_sizes(size)
     task_names = split_commas(tasks)
     check_task_names(task_names)
+    include = tuple(nonblank(include))
+    exclude = tuple(nonblank(exclude))
     excluded: list[str] | None = None
     if exclude:
         excluded = [] if [e.lower() for e in exclude] == ["none"] else list(exclude)
-    if threads is not None:
-        if threads < 1:
-            raise click.BadParameter(f"must be a positive integer, got {threads}", param_hint="'--threads'")
-        peers.torch().set_num_threads(threads)
+    if threads is not None and threads < 1:
+        raise click.BadParameter(f"must be a positive integer, got {threads}", param_hint="'--threads'")
     command = _command(model, chosen, task_names, max_drop, size, include, exclude, dtype, seed)
     with StepProgress() as progress:
+        progress.start(f"loading {model}", 0)
         loaded = load_model(model, dtype=dtype, progress=progress.note)
-        progress.note(f"loaded {loaded.name} ({loaded.kind}, {loaded.load_seconds:.1f} s"
+        progress.done(f"loaded {loaded.name} ({loaded.kind}, {loaded.load_seconds:.1f} s"
                       f"{', from the cache' if loaded.from_cache else ''})")
+        busy = set_torch_threads(threads)
+        if busy:
+            progress.note(busy)
         if speed:  # first: a model it cannot measure fails before the evaluation's minutes
             from precisionlab.eval import speed as speed_measure
 
@@ -141,7 +100,10 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
                               command=command, progress=progress, loaded=loaded, examples_dir=out_dir)
         if speed:
             speed_measure.add_speed(result, measured)
-    emit(result, as_json, out_dir)
+    emit(result, as_json, out_dir, findings=show_findings)
+    if not as_json and not show_findings:
+        where = f"{out_dir / 'eval.json'}, " if out_dir is not None else ""
+        click.echo(f"{len(result.findings)} findings (every number above, by key): in {where}--json, or --findings")
     if out_dir is not None and not as_json:
         click.echo(f"wrote per-example scores to {out_dir}/eval_<task>_examples.jsonl and per-layer records to "
                    f"{out_dir}/eval_layers.jsonl")

@@ -22,7 +22,7 @@ from precisionlab import __version__
 from precisionlab.cli.common import ARGV
 from precisionlab.peers import install_hint
 
-_NOT_COMMANDS = {"main", "common"}
+_NOT_COMMANDS = {"main", "common", "progress"}
 
 
 DEBUG_ENV = "PRECISIONLAB_DEBUG"

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, emit, lab_output_options, split_commas
+from precisionlab.cli.common import NonEmptyPath, busy_machine_threads, emit, lab_output_options, split_commas
 from precisionlab.results import Scalar
 
 METHOD_NAMES = ("rtn", "gptq", "awq", "smoothquant", "llm_int8", "kivi")
@@ -171,6 +171,9 @@ def load_causal_lm(model: str, command: str, progress: Any) -> Any:
     if loaded.kind != "causal-lm":
         raise ValueError(f"precisionlab {command} runs causal LMs; {loaded.name} is a {loaded.kind}")
     progress.note(f"loaded {loaded.name} ({loaded.load_seconds:.1f} s)")
+    busy = busy_machine_threads()  # fewer torch threads on a busy machine, unless --threads was given
+    if busy:
+        progress.note(busy)
     return loaded
 
 
@@ -298,8 +301,10 @@ def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, cali
                                  HELD_OUT_TOKENS, CALIB_SEQ_LEN)
 
         def tick(step: str, done: int, total: int) -> None:
-            if step not in ("calibration", "evaluation"):
-                progress.note(f"{method}: {step} ({done}/{total})") if done == total else None
+            stage = step if step in ("calibration", "evaluation") else "layers"
+            progress.count(f"{method}: {stage}", done, total)  # off a terminal: a line every few seconds
+            if stage == "layers" and done == total:
+                progress.note(f"{method}: {step} ({done}/{total})")
 
         result = run_method(loaded.model, method, scheme, calibration, evaluation=held_out, blocks=block_ids,
                             options=options, progress=tick)

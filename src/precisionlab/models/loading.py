@@ -29,8 +29,10 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import shutil
+import struct
 import tempfile
 import time
 from collections import Counter
@@ -213,7 +215,7 @@ def _load_pretrained(source: ModelSource, dtype: str) -> LoadedModel:
     try:
         model = auto.from_pretrained(location, dtype=_torch_dtype(dtype), **extra)
         tokenizer = transformers.AutoTokenizer.from_pretrained(location)
-    except (OSError, ValueError, KeyError) as exc:
+    except damaged_file_errors() as exc:
         raise ValueError(f"cannot load {source.spec}: {_first_line(exc)}") from None
     if source.form == "hub":
         fingerprint = _state_fingerprint(model, source.location, dtype)
@@ -273,10 +275,16 @@ def _load_gguf(source: ModelSource, dtype: str, use_cache: bool,
     meta = _read_json(meta_path) if use_cache and (cached / "config.json").is_file() else None
     from_cache = isinstance(meta, dict) and meta.get("format") == CACHE_FORMAT
     if from_cache:
-        model = transformers.AutoModelForCausalLM.from_pretrained(cached, dtype=_torch_dtype("float32"))
-        tokenizer = transformers.AutoTokenizer.from_pretrained(cached)
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(cached, dtype=_torch_dtype("float32"))
+            tokenizer = transformers.AutoTokenizer.from_pretrained(cached)
+        except damaged_file_errors():
+            from_cache = False  # a damaged cache entry is converted again (and replaced), not an error
+    if from_cache:
         types: Counter[str] = Counter(dict(meta.get("tensor_types", {})))  # type: ignore[union-attr]
     else:
+        # the header first: a truncated or corrupt file fails here in one line, before the conversion
+        types = gguf_tensor_types(path)
         if progress is not None:
             progress(f"converting {path.name} to float32 (about 20 s; cached for later loads)" if use_cache
                      else f"converting {path.name} to float32 (about 20 s)")
@@ -286,9 +294,8 @@ def _load_gguf(source: ModelSource, dtype: str, use_cache: bool,
                 tokenizer = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
                 model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                                           dtype=_torch_dtype("float32"))
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        except damaged_file_errors() as exc:
             raise ValueError(f"cannot load the GGUF file {path}: {_first_line(exc)}") from None
-        types = gguf_tensor_types(path)
         if use_cache:
             _save_converted(model, tokenizer, cached, {"source": str(path), "sha256": digest,
                                                        "tensor_types": dict(types)})
@@ -337,11 +344,33 @@ def _umask() -> int:
 
 
 def gguf_tensor_types(path: Path) -> Counter[str]:
-    """How many tensors of each GGML type the file holds (read from its header with the gguf package)."""
+    """How many tensors of each GGML type the file holds (read from its header with the gguf package).
+
+    ValueError naming the file when gguf cannot read it: the reader maps every tensor's bytes, so a file
+    cut short anywhere (its first 100 bytes, half of it, all but its last kilobyte) fails here."""
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
+    errors: tuple[type[BaseException], ...] = (*damaged_file_errors(), TypeError, OverflowError)
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except PermissionError:
+        raise PermissionError(f"{path}: permission denied") from None
+    except errors as exc:
+        raise ValueError(f"{path}: not a readable GGUF file, truncated or corrupt ({_first_line(exc)})") from None
     return Counter(t.tensor_type.name for t in reader.tensors)
+
+
+def damaged_file_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged model file raises, through transformers, torch, safetensors, gguf or the tokenizers
+    (a short read: struct.error, EOFError; a bad header: SafetensorError; a bad pickle: UnpicklingError): bad
+    input, turned into one ValueError line by the loader."""
+    errors: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, IndexError, RuntimeError, EOFError,
+                                               struct.error, pickle.UnpicklingError)
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return errors
+    return (*errors, SafetensorError)
 
 
 GGML_GRIDS = {

@@ -1,8 +1,9 @@
 """The optional peers that real models need, imported lazily with a one-line message when missing.
 
-torch is installed on its own (pinned: `pip install torch==2.13.0` for the CPU build); the rest
-comes with the `models` extra: `pip install 'precisionlab[models]'` (transformers, accelerate,
-gguf, safetensors, tokenizers).
+torch is installed first, on its own, from PyTorch's CPU wheel index (precisionlab.peers.TORCH_INSTALL:
+`pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`); the rest comes with the
+`models` extra: `pip install 'precisionlab[models]'` (transformers, accelerate, gguf, safetensors,
+tokenizers), which pins the same torch and so keeps the CPU build in place.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import logging
 from collections.abc import Iterator
 from types import ModuleType
 
-TORCH_HINT = "pip install torch==2.13.0 (the CPU build; pin it, an unpinned torch pulls a multi-GB CUDA build)"
+from precisionlab.peers import TORCH_INSTALL
+
+TORCH_HINT = f"{TORCH_INSTALL} (the CPU build; from PyPI, torch is a multi-GB CUDA build)"
 EXTRA_HINT = "pip install 'precisionlab[models]'"
 
 _NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "transformers", "accelerate", "huggingface_hub")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from precisionlab.peers import TORCH_INSTALL
+
 
 def require_torch(what: str = "this PTQ method") -> Any:
     """The torch module, or ImportError naming what to install."""
     try:
         import torch
     except ImportError:
-        raise ImportError(f"{what} needs torch: pip install torch (the CPU build is enough)") from None
+        raise ImportError(f"{what} needs torch: {TORCH_INSTALL} (the CPU build is enough)") from None
     return torch
 
 

@@ -40,14 +40,25 @@ p{max-width:110ch}
 .note,.muted,figcaption{color:var(--muted)}
 .note{font-size:.92rem;margin:.3rem 0 .8rem}
 .scroll{overflow-x:auto;width:fit-content;max-width:100%;border:1px solid var(--line);border-radius:4px;margin:.3rem 0;
-  background:linear-gradient(to right,#fff 30%,#fff0) left/2.5rem 100% no-repeat local,
-    linear-gradient(to left,#fff 30%,#fff0) right/2.5rem 100% no-repeat local,
-    radial-gradient(farthest-side at 0 50%,#0003,#0000) left/.9rem 100% no-repeat scroll,
-    radial-gradient(farthest-side at 100% 50%,#0003,#0000) right/.9rem 100% no-repeat scroll}
+  scrollbar-width:auto;scrollbar-color:#8a8f99 #eef1f7;
+  background:linear-gradient(to right,#fff 50%,#fff0) left/3rem 100% no-repeat local,
+    linear-gradient(to left,#fff 50%,#fff0) right/3rem 100% no-repeat local,
+    radial-gradient(farthest-side at 0 50%,#0007,#0000) left/1.4rem 100% no-repeat scroll,
+    radial-gradient(farthest-side at 100% 50%,#0007,#0000) right/1.4rem 100% no-repeat scroll}
+.scroll::-webkit-scrollbar{height:12px}
+.scroll::-webkit-scrollbar-track{background:#eef1f7}
+.scroll::-webkit-scrollbar-thumb{background:#8a8f99;border-radius:6px;border:2px solid #eef1f7}
 .scroll:focus{outline:2px solid var(--accent);outline-offset:1px}
-table{border-collapse:collapse;font-size:.86rem}
-th,td{padding:3px 10px;border-bottom:1px solid var(--line);vertical-align:top;text-align:left}
-thead th{background:var(--head);font-weight:600;vertical-align:bottom}
+table{border-collapse:separate;border-spacing:0;font-size:.86rem}
+th,td{padding:3px 8px;border-bottom:1px solid var(--line);vertical-align:top;text-align:left}
+thead th{background:var(--head);font-weight:600;vertical-align:bottom;white-space:normal;overflow-wrap:normal}
+th.num{white-space:normal}
+.scroll th:first-child,.scroll td:first-child{position:sticky;left:0;z-index:1;background:#fff;
+  box-shadow:inset -1px 0 0 var(--line)}
+.scroll thead th:first-child{background:var(--head)}
+table.compact{font-size:.8rem}
+table.compact th,table.compact td{padding:2px 6px}
+.scroll-hint{font-size:.85rem;color:var(--muted);margin:.1rem 0 0}
 tbody tr:last-child td{border-bottom:0}
 .num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 .short{white-space:nowrap}
@@ -71,7 +82,18 @@ nav>ol{columns:2 26rem;column-gap:2.5rem;margin:.2rem 0;padding-left:1.4rem}
 nav li{break-inside:avoid-column}
 nav ol ol{font-size:.88rem;padding-left:1.2rem;margin:.1rem 0 .5rem}
 figure{margin:1rem 0 1.5rem}
+figure .figbox{overflow-x:auto;max-width:100%;scrollbar-width:auto}
 figure img{display:block;max-width:100%;height:auto}
+details.long>summary{cursor:pointer;color:var(--accent);margin:.2rem 0}
+@media (max-width:700px){
+  .page{padding:.8rem .8rem 2rem}
+  table.summary,table.summary tbody,table.summary tr,table.summary td{display:block;width:auto}
+  table.summary thead{display:none}
+  table.summary tr{border-bottom:1px solid var(--line);padding:.4rem .6rem}
+  .scroll table.summary td{border:0;padding:.1rem 0;position:static;box-shadow:none}
+  table.summary td.prose{min-width:0;max-width:none}
+  table.summary td.checks::before{content:"checks: ";color:var(--muted)}
+}
 figcaption{font-size:.9rem;max-width:110ch;margin-top:.3rem}
 details{margin:.8rem 0}
 .skipped{color:var(--warn)}
@@ -92,6 +114,13 @@ details{margin:.8rem 0}
 }
 """
 
+LONG_TABLE_ROWS = 40
+"""A table of more rows than this is folded (a <details> whose summary gives the row count); its note stays."""
+FIGURE_MIN_SCALE = 0.7
+"""A figure is never shown smaller than this share of its pixel size (its axis text stays readable); on a
+narrower screen it scrolls sideways in its own box."""
+COMPACT_COLUMNS = 12
+"""A table of this many columns or more gets the compact type (smaller font, tighter cells), to fit 1280 px."""
 WIDE = ("command", "options", "host", "versions", "git_commit")
 """Provenance fields given a whole line of their own."""
 SUMMARY_LIMIT = 240
@@ -217,7 +246,7 @@ def render_html(results: Sequence[LabResult], figures: Mapping[tuple[str, str], 
         if result.summary:
             out.append(f"<p>{_e(result.summary)}</p>")
         for part in result.skipped:
-            out.append(f"<p class='skipped' id='{skip_ids[(result.name, part.key)]}'><b>skipped</b> "
+            out.append(f"<p class='skipped' id='{skip_ids[(result.name, part.key)]}'><b>skipped:</b> "
                        f"{_e(part.message())}</p>")
         for index, table in enumerate(result.sections):
             where = table_ids[(result.name, index)]
@@ -230,7 +259,11 @@ def render_html(results: Sequence[LabResult], figures: Mapping[tuple[str, str], 
                 out.append(f"<p class='ref'>The same table as <a href='#{link}'>{_e(title)}</a> in "
                            f"{_e(lab_title)}{subset}.</p>")
             else:
-                out.append(_cards(table) if is_prose_table(table) else _table(table))
+                body = _cards(table) if is_prose_table(table) else _table(table)
+                if len(table.rows) > LONG_TABLE_ROWS:
+                    body = (f"<details class='long'><summary>{len(table.rows)} rows: show the table</summary>{body}"
+                            "</details>")
+                out.append(body)
                 if table.note:
                     out.append(f"<p class='note'>{_e(table.note)}</p>")
                 shown.add(table, where, result.title)
@@ -307,7 +340,7 @@ def _summary(results: Sequence[LabResult], lab_ids: Mapping[str, str], table_ids
             marks.append(f"<a class='warn' href='#{target}'>skipped</a> {_e(part.what)} ({_e(part.reason)})")
         checks = "<br>".join(marks) if marks else "<span class='muted'>all ran</span>"
         out.append(f"<tr><td><a href='#{lab_ids[result.name]}'>{_e(result.name)}</a></td>"
-                   f"<td class='prose'>{_e(headline(result))}</td><td class='prose'>{checks}</td></tr>")
+                   f"<td class='prose'>{_e(headline(result))}</td><td class='prose checks'>{checks}</td></tr>")
     out.append("</tbody></table></div></section>")
     return "".join(out)
 
@@ -325,8 +358,9 @@ def _table(table: Table) -> str:
             cells.append(f"<td class='{css}'>{_e(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     label = _e(table.title)
-    return (f"<div class='scroll' role='region' aria-label='{label}' tabindex='0'><table><thead><tr>{head}</tr>"
-            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
+    compact = " class='compact'" if len(table.columns) >= COMPACT_COLUMNS else ""
+    return (f"<div class='scroll' role='region' aria-label='{label}' tabindex='0'><table{compact}><thead><tr>"
+            f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _cards(table: Table) -> str:
@@ -348,5 +382,7 @@ def _figure(result: LabResult, fig: Figure, where: str, files: FigureFile | None
     caption += [_e(f"{n}.") for n in files.notes]
     if files.svg:
         caption.append(f"<a href='{_e(files.svg)}'>SVG</a>")
-    return (f"<figure id='{where}'><img src='{_e(files.png)}' width='{files.width}' height='{files.height}' "
-            f"alt='{_e(alt)}'><figcaption>{' '.join(caption)}</figcaption></figure>")
+    least = round(FIGURE_MIN_SCALE * files.width)
+    return (f"<figure id='{where}'><div class='figbox'><a href='{_e(files.png)}'><img src='{_e(files.png)}' "
+            f"width='{files.width}' height='{files.height}' style='min-width:{least}px' alt='{_e(alt)}'></a></div>"
+            f"<figcaption>{' '.join(caption)}</figcaption></figure>")

@@ -12,6 +12,12 @@ Rules every figure follows:
   would otherwise not know that two series coincide.
 - Crowded scatter plots (more than LONG_LEGEND series) also label their points on the axes,
   placed greedily so that no two labels overlap (`place_labels`).
+- An interval series (style INTERVAL: three points at one x, low, estimate, high) is drawn as an
+  error bar: a vertical line with caps, one marker at the estimate only. Intervals at the same x
+  (GPTQ and RTN of one scheme: the same bits per weight) are drawn side by side, DODGE_PT apart,
+  and the caption says so.
+- Reference-line labels (hlines) never overlap: one that would sit on another moves below its
+  line, then further off in turn (line_label_rises).
 - The layout is computed once, from measured text sizes, before the one draw per file: the
   axes box has a fixed size and the figure grows around it (legend, tick labels, title), so
   matplotlib never re-lays a figure out (no tight_layout, no bbox_inches="tight").
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from precisionlab.results import Figure, Series
+from precisionlab.results import INTERVAL_STYLE, Figure, Series
 
 PALETTE = (
     "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#882255", "#117733",
@@ -53,6 +59,14 @@ ON_LINE_SHARE = 0.9
 """A line with at least this share of its vertices on one earlier line is drawn dashed on top of it."""
 SHARE_SAMPLE = 64
 """Vertices of a long line tested against an earlier one (evenly spaced, first and last included)."""
+
+INTERVAL = INTERVAL_STYLE
+"""Series.style of an interval: y = [low, estimate, high] at one x, drawn as an error bar."""
+DODGE_PT = 9.0
+"""Points between the error bars of intervals that share an x."""
+LINE_LABEL_FONT = 7
+LINE_LABEL_PT = 9.0
+"""Reference-line labels closer than this (points, vertically) would overlap."""
 
 DPI = 110
 AXES_SIZE = (6.4, 3.9)
@@ -233,6 +247,8 @@ def _tick_labels(axis: Any) -> list[str]:
 
 def _series_kind(s: Series) -> tuple[bool, bool]:
     """(draws a line, draws markers) for a series."""
+    if s.style == INTERVAL:
+        return False, True
     if s.kind == "scatter":
         return False, True
     if s.kind == "bar":
@@ -276,7 +292,11 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
     artists: list[list[Any]] = []
     for ((xs, ys), s), (colour, marker) in zip(data, styles, strict=True):
         line, markers = _series_kind(s)
-        if s.kind == "bar":
+        if is_interval(s, xs):
+            bars = ax.errorbar([xs[1]], [ys[1]], yerr=[[ys[1] - ys[0]], [ys[2] - ys[1]]], fmt=marker, color=colour,
+                               markersize=6, elinewidth=1.6, capsize=4, capthick=1.4, zorder=3)
+            artists.append(list(bars.get_children()))
+        elif s.kind == "bar":
             artists.append(list(ax.bar([str(x) for x in xs], ys, color=colour)))
         elif s.kind == "scatter":
             artists.append([ax.scatter(xs, ys, s=30, color=colour, marker=marker, zorder=3)])
@@ -300,7 +320,8 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
     for ((_, _), s), (colour, marker) in zip(data, styles, strict=True):
         line, markers = _series_kind(s)
         handles.append(Line2D([], [], color=colour, marker=marker if markers or s.kind == "bar" else "",
-                              linestyle=_line_style(s.style) if line else "none", label=s.label))
+                              linestyle=_line_style(s.style) if line or s.style == INTERVAL else "none",
+                              label=s.label))
     renderer = canvas.get_renderer()
     legend = None
     if handles:
@@ -334,9 +355,8 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
     figure.set_size_inches(width, height)
     ax.set_position((left / width, (height - top - axes_h) / height, axes_w / width, axes_h / height))
 
-    notes = _make_visible(ax, data, styles, artists)
-    for value, label in fig.hlines:
-        ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), fontsize=7, color="grey")
+    notes = _dodge_intervals(figure, ax, data, artists) + _make_visible(ax, data, styles, artists)
+    _label_hlines(ax, fig.hlines)
     for value, label in fig.vlines:
         ax.annotate(label, (value, 0.98), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
                     rotation=90, va="top")
@@ -356,6 +376,83 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
             figure.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
         drawn.paths.append(svg)
     return drawn
+
+
+def is_interval(s: Series, xs: Sequence[float]) -> bool:
+    """An interval series whose three points all survived (finite, positive on a log axis) at one x."""
+    return s.style == INTERVAL and len(xs) == 3 and xs[0] == xs[1] == xs[2]
+
+
+def dodge_clusters(positions: Sequence[float | None]) -> list[list[int]]:
+    """Indices of the intervals (display x positions in points; None: not an interval) that would touch: runs
+    of neighbours closer than DODGE_PT, in x order (ties in series order); only runs of two or more."""
+    items = sorted((p, i) for i, p in enumerate(positions) if p is not None)
+    runs: list[list[tuple[float, int]]] = []
+    for p, i in items:
+        if runs and p - runs[-1][-1][0] < DODGE_PT:
+            runs[-1].append((p, i))
+        else:
+            runs.append([(p, i)])
+    return [[i for _, i in run] for run in runs if len(run) > 1]
+
+
+def dodge_offsets(positions: Sequence[float | None]) -> list[float]:
+    """Display offsets (points): each cluster (dodge_clusters) redrawn DODGE_PT apart around its mean position;
+    every other interval stays put."""
+    offsets = [0.0] * len(positions)
+    for cluster in dodge_clusters(positions):
+        places = [positions[i] or 0.0 for i in cluster]
+        mean = sum(places) / len(places)
+        for rank, (i, place) in enumerate(zip(cluster, places, strict=True)):
+            offsets[i] = mean + (rank - (len(cluster) - 1) / 2) * DODGE_PT - place
+    return offsets
+
+
+def _dodge_intervals(figure: Any, ax: Any, data: list[tuple[tuple[list[float], list[float]], Series]],
+                     artists: list[list[Any]]) -> list[str]:
+    """Move apart the error bars of intervals that would touch (a display offset: the data stay as they are)."""
+    from matplotlib.transforms import offset_copy
+
+    to_points = 72.0 / DPI
+    xs = [xy[0][1] if is_interval(s, xy[0]) else None for xy, s in data]
+    positions = [None if x is None else float(ax.transData.transform((x, 0.0))[0]) * to_points for x in xs]
+    offsets = dodge_offsets(positions)
+    for offset, drawn in zip(offsets, artists, strict=True):
+        if offset:
+            shifted = offset_copy(ax.transData, fig=figure, x=offset, y=0.0, units="points")
+            for artist in drawn:
+                artist.set_transform(shifted)
+    notes = []
+    for cluster in dodge_clusters(positions):
+        labels = [data[i][1].label for i in cluster]
+        values = {xs[i] for i in cluster}
+        where = f"share x = {next(iter(values)):g}" if len(values) == 1 else "lie within a marker's width in x"
+        notes.append(f"{_names(labels)} {where}: their intervals are drawn side by side, {DODGE_PT:g} pt apart")
+    return notes
+
+
+def line_label_rises(heights: Sequence[float]) -> list[float]:
+    """Where each reference-line label goes, given its line's height in points: its baseline's rise above the
+    line, in points. 0 (on the line, the text above it) unless a label already placed is within LINE_LABEL_PT;
+    then below the line (-LINE_LABEL_PT), then further above and below in turn, until it is clear."""
+    placed: list[float] = []
+    rises = []
+    for height in heights:
+        for step in range(len(heights) + 1):
+            rise = 0.0 if step == 0 else (-1) ** step * ((step + 1) // 2) * LINE_LABEL_PT
+            if all(abs(height + rise - other) >= LINE_LABEL_PT for other in placed):
+                break
+        placed.append(height + rise)
+        rises.append(rise)
+    return rises
+
+
+def _label_hlines(ax: Any, hlines: Sequence[tuple[float, str]]) -> None:
+    to_points = 72.0 / DPI
+    heights = [float(ax.transData.transform((0.0, value))[1]) * to_points for value, _ in hlines]
+    for (value, label), rise in zip(hlines, line_label_rises(heights), strict=True):
+        ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), xytext=(0.0, rise + 1.0),
+                    textcoords="offset points", fontsize=LINE_LABEL_FONT, color="grey")
 
 
 def _display_points(ax: Any, xs: list[float], ys: list[float]) -> list[tuple[float, float]]:

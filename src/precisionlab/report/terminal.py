@@ -146,7 +146,7 @@ def render(result: LabResult, console: Console | None = None, findings: bool = T
         console.print(escape(result.summary))
         console.print()
     for part in result.skipped:
-        console.print(f"[yellow]skipped[/yellow] {escape(part.message())}")
+        console.print(f"[yellow]skipped:[/yellow] {escape(part.message())}")
     if result.skipped:
         console.print()
     for table in result.sections:

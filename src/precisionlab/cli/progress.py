@@ -1,0 +1,218 @@
+"""Progress of the model commands and their torch threads: StepProgress never goes silent off a terminal.
+
+cli.common re-exports every name here (commands import them from there); this module imports nothing of
+the cli package, so the two form no circle.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import Any
+
+import click
+
+
+def progress_line(text: str) -> None:
+    """One progress line on stderr (used when stderr is not a terminal): every progress line goes through here."""
+    click.echo(text, err=True)
+
+
+def busy_threads(default: int, cpus: int, load: float) -> int:
+    """torch threads for a machine with `cpus` CPUs and a 1-minute load average of `load` (work of others):
+    the CPUs left free, rounded to the nearest whole one, at least 1 and at most torch's `default`."""
+    return max(1, min(default, math.floor(cpus - load + 0.5)))
+
+
+def set_torch_threads(threads: int | None) -> str | None:
+    """Apply `--threads` (ValueError below 1). Without it, a busy machine gets fewer threads than torch's default
+    (busy_threads) and the returned line says so; None when torch keeps its default.
+
+    Why: torch's threads (OpenMP) meet at the end of every operation, so one the machine does not schedule stalls
+    the others. On the 2-core development machine at a load average of 9-11, torch's default of 2 threads ran
+    the choice reference pass 6x slower than 1 thread (benchmarks/bench_eval_threads.py, docs/eval.md)."""
+    from precisionlab.models import peers
+
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"--threads must be a positive integer, got {threads}")
+        peers.torch().set_num_threads(threads)
+        return None
+    if not hasattr(os, "getloadavg"):
+        return None
+    torch = peers.torch()
+    default = torch.get_num_threads()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0]
+    chosen = busy_threads(default, cpus, load)
+    if chosen >= default:
+        return None
+    torch.set_num_threads(chosen)
+    return (f"the machine is busy (load average {load:.1f} on {cpus} CPUs): torch runs {chosen} thread"
+            f"{'s' if chosen > 1 else ''}, not its default {default}, which is several times slower under load; "
+            "--threads N sets the count")
+
+
+def busy_machine_threads() -> str | None:
+    """set_torch_threads(None) unless the running command was given --threads (which it then applied itself)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.params.get("threads") is not None:
+        return None
+    return set_torch_threads(None)
+
+
+HEARTBEAT_S = 5.0
+"""Off a terminal, a model command prints a line at least this often while it works (StepProgress)."""
+QUOTE_CHARS = 60
+"""A heartbeat between steps quotes the last line up to this many characters."""
+
+
+def duration(seconds: float) -> str:
+    """'8.2 s', '1 min 12 s', '1 h 03 min': a span of time for a progress line."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+class StepProgress:
+    """Progress of a model command (eval, ptq, ladder) on stderr; never silent for long.
+
+    The protocol of eval.runner.Progress: `start(description, total)` begins a step of `total` items (0: a
+    phase without a count, such as quantizing the weights), `advance(n)` counts items done, `done(line)`
+    closes the step with its line; `note(line)` prints a line of its own; `count(description, done, total)`
+    sets a step's absolute count (a callback that reports `done of total`).
+
+    On a terminal: a transient rich bar per step (done / total, elapsed, time left) with the lines above it.
+    Off a terminal (CI logs, pipes, `2> log`): every line as it comes, and while the command works a line
+    at least every `heartbeat` seconds (HEARTBEAT_S) from a daemon thread that only prints:
+    `reference: choice: 37/100, 1 min 12 s, about 2 min 03 s left` during a step (the estimate: the step's
+    time per item so far times the items left), `int4:g128: quantizing the weights: 12.0 s` during a
+    phase, and `working: 8.1 s since "loaded ..."` between them. A step that waits on one long item
+    (an example that takes a minute under load) still gets its line every `heartbeat` seconds."""
+
+    def __init__(self, heartbeat: float | None = None, terminal: bool | None = None) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.terminal = self.console.is_terminal if terminal is None else terminal
+        self.heartbeat = HEARTBEAT_S if heartbeat is None else heartbeat
+        self.bar: Any = None
+        self.task: Any = None
+        self.description: str | None = None
+        self.total = 0
+        self.count_done = 0
+        self.began = self.step_began = self.last_line_at = time.perf_counter()
+        self.last_line = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> StepProgress:
+        if self.terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+            self.bar.__enter__()
+        else:
+            self._thread = threading.Thread(target=self._beat, name="precisionlab-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+    # ---- the protocol
+    def start(self, description: str, total: int) -> None:
+        with self._lock:
+            self.description, self.total, self.count_done = description, max(int(total), 0), 0
+            self.step_began = time.perf_counter()
+            if self.bar is not None:
+                if self.task is not None:
+                    self.bar.remove_task(self.task)
+                self.task = self.bar.add_task(_escape(description), total=self.total or None)
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self.count_done += n
+            if self.bar is not None and self.task is not None:
+                self.bar.update(self.task, advance=n)
+
+    def count(self, description: str, done: int, total: int) -> None:
+        """Set the step `description` to `done` of `total` (starting it when it is not the current step)."""
+        if description != self.description or total != self.total:
+            self.start(description, total)
+        self.advance(done - self.count_done)
+
+    def done(self, description: str) -> None:
+        with self._lock:
+            self.description = None
+            if self.bar is not None and self.task is not None:
+                self.bar.remove_task(self.task)
+                self.task = None
+            self._line(description)
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._line(line)
+
+    # ---- lines
+    def _line(self, text: str) -> None:
+        """Print a line (the lock held)."""
+        self.last_line, self.last_line_at = text, time.perf_counter()
+        if self.bar is not None:
+            self.bar.console.print(f"[dim]{_escape(text)}[/dim]")
+        else:
+            progress_line(text)
+
+    def status(self, now: float | None = None) -> str:
+        """The heartbeat line: what runs now, how far it is and how long it has taken."""
+        now = time.perf_counter() if now is None else now
+        if self.description is None:
+            last = self.last_line if len(self.last_line) <= QUOTE_CHARS else self.last_line[:QUOTE_CHARS - 1] + "…"
+            since = f' since "{last}"' if last else ""
+            return f"working: {duration(now - self.last_line_at)}{since} ({duration(now - self.began)} in all)"
+        elapsed = now - self.step_began
+        if not self.total:
+            return f"{self.description}: {duration(elapsed)}"
+        done = min(self.count_done, self.total)
+        if done >= self.total:
+            left = "finishing"
+        elif done:
+            left = f"about {duration(elapsed / done * (self.total - done))} left"
+        else:
+            left = "no estimate before the first one"
+        return f"{self.description}: {done}/{self.total}, {duration(elapsed)}, {left}"
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(self.heartbeat, 1.0)):
+            with self._lock:
+                now = time.perf_counter()
+                if now - self.last_line_at >= self.heartbeat:
+                    progress_line(self.status(now))
+                    self.last_line_at = now
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+__all__ = ["HEARTBEAT_S", "QUOTE_CHARS", "StepProgress", "busy_machine_threads", "busy_threads", "duration",
+           "progress_line", "set_torch_threads"]
