@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from precisionlab.labs.ladder import ladder_lab
 from precisionlab.labs.ptq import ptq_lab
@@ -56,3 +57,14 @@ def fabricated_ptq(held_out: bool = False) -> LabResult:
                        evaluation_tokens=256 if held_out else 0, seconds=1.5, peak_mb=12.0)
     return ptq_lab(result, {"model": "tiny", "method": "gptq", "scheme": "int4:g128"},
                    warnings=["only 512 calibration tokens for a width of 64"], eval_note="evaluation skipped")
+
+
+class StubEvaluator:
+    """What the ladder command reads from its evaluator after a climb: each step's layer patterns (none here)
+    and the calibrated steps' results (none)."""
+
+    def __init__(self) -> None:
+        self.step_results: dict[str, Any] = {}
+
+    def selection(self, step: Any) -> tuple[list[str], list[str]]:
+        return [], []

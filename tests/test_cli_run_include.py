@@ -16,14 +16,15 @@ import pytest
 import precisionlab.labs.formats_table as formats_table
 from precisionlab.labs import Lab
 from precisionlab.report.outputs import write_lab
-from tests.saved_results import LADDER_MODEL, fabricated_climb, fabricated_ptq
+from tests.saved_results import LADDER_MODEL, StubEvaluator, fabricated_climb, fabricated_ptq
 from tests.test_cli_conventions import one_line_error, snapshot
 
 
 @pytest.fixture
 def ladder_dir(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # type: ignore[no-untyped-def]
     """out/ladder as `precisionlab ladder --out out/ladder` leaves it: ladder.json, its PNG, ladder.html."""
-    monkeypatch.setattr("precisionlab.cli.ladder._climb", lambda *args: (fabricated_climb(), LADDER_MODEL, []))
+    monkeypatch.setattr("precisionlab.cli.ladder._climb",
+                        lambda *args: (fabricated_climb(), LADDER_MODEL, [], StubEvaluator()))
     result = run_cli("ladder", "--model", "tiny", "--out", str(tmp_path / "out" / "ladder"))
     assert result.exit_code == 0, result.output
     folder = tmp_path / "out" / "ladder"

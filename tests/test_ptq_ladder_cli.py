@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from precisionlab.ptq.ladder import Step, StepOutcome
+from tests.saved_results import StubEvaluator
 from tests.test_eval_cli import one_line_error
 
 
@@ -142,7 +143,7 @@ def _fake_climb(evaluator: Interrupting) -> Any:
               target: str, progress: Any, alpha: float, log_path: Path | None, settings: dict[str, Any]) -> Any:
         result = climb_logged(steps, evaluator, None, examples or 8, max_drop, target, grow, max_examples, alpha,
                               progress, log_path, {"model": "stub", **settings})
-        return result, {"name": "stub", "grid_note": "", "bytes": 0}, []
+        return result, {"name": "stub", "grid_note": "", "bytes": 0}, [], StubEvaluator()
 
     return climb
 
