@@ -310,7 +310,6 @@ def test_ladder_records_its_steps_and_export_ships_the_gptq_step(run_cli, tmp_pa
     import torch
     import transformers
 
-    from precisionlab.quant import quantize
     from precisionlab.quant.safetensors_io import load_quantized
 
     model = tiny_model_dir(tmp_path / "m", "llama", layers=3)
