@@ -64,6 +64,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         raise ValueError(f"--max-examples must be at least 2, got {max_examples}")
     if calib_size < 1:
         raise ValueError(f"--calib-size must be a positive number of tokens, got {calib_size}")
+    from precisionlab.eval.overlap import BUILTIN, calibration_data, check_calibration
+
+    check_calibration(calibration_data(BUILTIN), task_names, option="the ladder's calibration data")
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be a positive integer, got {threads}")
@@ -96,15 +99,14 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
            target: str, progress: Any) -> tuple[Any, dict[str, Any], list[str]]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
-    from precisionlab.eval import data
+    from precisionlab.eval.overlap import BUILTIN, calibration_data  # checked in COMMAND
     from precisionlab.ptq import token_batches
     from precisionlab.ptq.ladder import ModelEvaluator, run_ladder
 
     loaded = load_causal_lm(model, "ladder", progress)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        calibration = token_batches(loaded.tokenizer, data.calibration_documents(data.builtin_split()), calib_size,
-                                    CALIB_SEQ_LEN)
+        calibration = token_batches(loaded.tokenizer, calibration_data(BUILTIN), calib_size, CALIB_SEQ_LEN)
         evaluator = ModelEvaluator(loaded, task_names, max_drop, calibration, blocks=block_ids, seed=seed,
                                    n_resamples=resamples, progress=progress)
         start = examples if examples is not None else evaluator.base_examples
