@@ -33,7 +33,8 @@ pairs (halves of about 400 characters, at most 533: within MiniLM's 256 word pie
 
 Units and groups: every unit carries ``group``, the topic it came from. Units of one topic share
 vocabulary and style, so the statistics can resample topics instead of units (``groups=`` in
-``precisionlab.eval.stats``); user files give every unit its own group (``""``: independent).
+``precisionlab.eval.stats``); the units of a user text file are grouped in blocks of consecutive units
+(``text_blocks``); JSONL lines are independent unless they name a ``group``.
 
 User data
     ``load_text_file``: a UTF-8 text file for perplexity/KL, split into units at blank lines,
@@ -91,7 +92,7 @@ from precisionlab.eval.data.split import (
     is_calibration_topic,
 )
 from precisionlab.eval.data.text import chunk_text, paragraphs
-from precisionlab.eval.data.user_files import TEXT_MIN_CHARS, load_task_file, load_text_file
+from precisionlab.eval.data.user_files import TEXT_MIN_CHARS, block_length, load_task_file, load_text_file, text_blocks
 
 __all__ = [
     "BUILTIN_SOURCE",
@@ -114,6 +115,7 @@ __all__ = [
     "Split",
     "TaskKind",
     "TaskSizes",
+    "block_length",
     "builtin_split",
     "calibration_documents",
     "check_no_overlap",
@@ -131,5 +133,6 @@ __all__ = [
     "retrieval_pairs",
     "shingles",
     "task_sizes",
+    "text_blocks",
     "unit_groups",
 ]

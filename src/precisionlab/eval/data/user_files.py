@@ -26,13 +26,15 @@ def _read_text(path: str | Path) -> tuple[Path, str]:
 
 
 def load_text_file(path: str | Path, min_chars: int = TEXT_MIN_CHARS) -> list[Document]:
-    """A text file as independent perplexity/KL units.
+    """A text file as perplexity/KL units, grouped in blocks of consecutive units.
 
     Rule: split at blank lines into paragraphs, merge consecutive paragraphs (joined by a blank
     line) until a unit has at least ``min_chars`` characters; a final remainder shorter than that
     joins the previous unit. Paragraphs are never cut (a long one is one unit; the scorer
-    truncates to the model's context). Ids are ``<stem>#<k>``; ``group`` is empty (every unit
-    independent); ``source`` is the resolved path (for ``check_no_overlap``).
+    truncates to the model's context). Ids are ``<stem>#<k>``; ``source`` is the resolved path
+    (for ``check_no_overlap``); ``group`` is the unit's block (``text_blocks``): consecutive
+    chunks of one text share its topic and style, so they are resampled together, as the
+    built-in units are by topic.
     """
     file, text = _read_text(path)
     if min_chars < 1:
@@ -50,7 +52,34 @@ def load_text_file(path: str | Path, min_chars: int = TEXT_MIN_CHARS) -> list[Do
         else:
             units.append(current)
     source = str(file.resolve())
-    return [Document(id=f"{file.stem}#{k}", text=unit, source=source) for k, unit in enumerate(units)]
+    blocks = text_blocks(len(units))
+    return [Document(id=f"{file.stem}#{k}", text=unit, group=f"{file.stem}#{blocks[k][0]}-{blocks[k][1]}",
+                     source=source) for k, unit in enumerate(units)]
+
+
+def block_length(n_units: int) -> int:
+    """Units per block for ``n_units`` consecutive units of one text: the smallest ``b`` with ``b^3 >= n``
+    (block length of order ``n^(1/3)``, the order that is optimal for the block bootstrap's variance
+    estimate: Hall, Horowitz & Jing, Biometrika 82, 1995), at most ``n // 2`` so that there are at least two
+    blocks to resample, and at least 1."""
+    if n_units < 1:
+        raise ValueError(f"need at least one unit, got {n_units}")
+    length = 1
+    while length**3 < n_units:
+        length += 1
+    return max(1, min(length, n_units // 2))
+
+
+def text_blocks(n_units: int) -> list[tuple[int, int]]:
+    """(first, last) unit index of the block that holds each of ``n_units`` consecutive units: non-overlapping
+    blocks of ``block_length(n)`` units in order (Carlstein, Annals of Statistics 14, 1986); a last block shorter
+    than half the length joins the one before it."""
+    length = block_length(n_units)
+    starts = list(range(0, n_units, length))
+    if len(starts) > 1 and n_units - starts[-1] < (length + 1) // 2:
+        starts.pop()
+    ends = [*starts[1:], n_units]
+    return [(start, end - 1) for start, end in zip(starts, ends, strict=True) for _ in range(start, end)]
 
 
 def load_task_file(path: str | Path) -> tuple[TaskKind, list[Any]]:
