@@ -24,6 +24,12 @@ small-sample widening of Hesterberg (2015) — quantiles of the resampled statis
 jackknife). docs/eval_statistics.md gives the formulas and the simulated coverage of all three;
 the expanded interval is the default because it was the best calibrated in those simulations.
 
+Perplexity verdicts (``compare_perplexity``) use ``method="guarded"`` (``stats.perplexity``): the expanded
+interval joined with the studentized bootstrap of the log ratio, and, when the per-document effects are too
+skewed for the number of documents (a few documents carry the damage: ``stats.skew``), the end on the side of the
+skew taken from Cantelli's distribution-free bound; the comparison's ``note`` then says so and how many documents
+a bootstrap end needs.
+
 Binary (0/1) scores: a bootstrap cannot show variation that the sample does not hold — with no
 discordant pair every resample has difference 0 and the interval is [0, 0]. So for 0/1 scores
 the interval is the union of the bootstrap interval and Tango's score interval for the
@@ -39,7 +45,9 @@ keeps working):
     inputs      types (Verdict, Method, Groups), defaults, the checks of every input
     student_t   Student's t quantiles (no scipy)
     bootstrap   the engine: resampled totals, Interval, expanded / percentile / BCa levels
-    intervals   paired_bootstrap_mean, paired_bootstrap_ratio, bootstrap_ratio
+    intervals   paired_bootstrap_mean, bootstrap_ratio
+    perplexity  paired_bootstrap_ratio: the perplexity increase, its studentized and guarded intervals
+    skew        the skewness guard: when a few documents carry the damage
     tango       Tango's score interval for paired proportions
     mcnemar     the exact McNemar test
     verdict     PASS / FAIL / INCONCLUSIVE from an interval and a threshold
@@ -52,8 +60,9 @@ from __future__ import annotations
 from precisionlab.eval.stats.bootstrap import Interval, expanded_levels, resampled_totals
 from precisionlab.eval.stats.compare import Comparison, compare_perplexity, compare_scores
 from precisionlab.eval.stats.inputs import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Groups, Method, Verdict
-from precisionlab.eval.stats.intervals import bootstrap_ratio, paired_bootstrap_mean, paired_bootstrap_ratio
+from precisionlab.eval.stats.intervals import bootstrap_ratio, paired_bootstrap_mean
 from precisionlab.eval.stats.mcnemar import McNemar, binomial_two_sided_p, mcnemar_exact
+from precisionlab.eval.stats.perplexity import RatioMethod, SkewCheck, paired_bootstrap_ratio, perplexity_skew
 from precisionlab.eval.stats.power import (
     binary_examples_needed,
     binary_min_detectable,
@@ -62,6 +71,7 @@ from precisionlab.eval.stats.power import (
     perplexity_effects,
     standard_error,
 )
+from precisionlab.eval.stats.skew import cantelli_factor, effect_skewness, skew_documents_needed
 from precisionlab.eval.stats.student_t import student_t_quantile
 from precisionlab.eval.stats.tango import constrained_discordance, tango_interval, tango_score
 from precisionlab.eval.stats.verdict import verdict
@@ -74,14 +84,18 @@ __all__ = [
     "Interval",
     "McNemar",
     "Method",
+    "RatioMethod",
+    "SkewCheck",
     "Verdict",
     "binary_examples_needed",
     "binary_min_detectable",
     "binomial_two_sided_p",
     "bootstrap_ratio",
+    "cantelli_factor",
     "compare_perplexity",
     "compare_scores",
     "constrained_discordance",
+    "effect_skewness",
     "examples_needed",
     "expanded_levels",
     "mcnemar_exact",
@@ -89,7 +103,9 @@ __all__ = [
     "paired_bootstrap_mean",
     "paired_bootstrap_ratio",
     "perplexity_effects",
+    "perplexity_skew",
     "resampled_totals",
+    "skew_documents_needed",
     "standard_error",
     "student_t_quantile",
     "tango_interval",

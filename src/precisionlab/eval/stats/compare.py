@@ -17,8 +17,9 @@ from precisionlab.eval.stats.inputs import (
     check_threshold,
     is_binary,
 )
-from precisionlab.eval.stats.intervals import paired_bootstrap_mean, paired_bootstrap_ratio
+from precisionlab.eval.stats.intervals import paired_bootstrap_mean
 from precisionlab.eval.stats.mcnemar import McNemar, mcnemar_exact
+from precisionlab.eval.stats.perplexity import RatioMethod, SkewCheck, paired_bootstrap_ratio, perplexity_skew
 from precisionlab.eval.stats.power import examples_needed, min_detectable_difference, perplexity_effects
 from precisionlab.eval.stats.verdict import verdict
 
@@ -28,7 +29,9 @@ class Comparison:
     """Everything a results table needs for one metric of one candidate against the reference.
 
     ``interval`` is in the threshold's unit (percentage points or percent); ``min_detectable``
-    and ``examples_needed`` use the same unit, alpha = 1 - confidence and 80 % power.
+    and ``examples_needed`` use the same unit, alpha = 1 - confidence and 80 % power. ``note``: what a reader must
+    know beside the numbers (empty when nothing; perplexity: the skewness guard, see ``compare_perplexity``);
+    ``skew``: the skewness guard of a perplexity comparison.
     """
 
     interval: Interval
@@ -38,6 +41,8 @@ class Comparison:
     min_detectable: float
     examples_needed: int | None
     mcnemar: McNemar | None = None
+    note: str = ""
+    skew: SkewCheck | None = None
 
 
 def compare_scores(
@@ -97,7 +102,7 @@ def compare_perplexity(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     confidence: float = DEFAULT_CONFIDENCE,
-    method: Method = "expanded",
+    method: RatioMethod = "guarded",
     power: float = 0.8,
 ) -> Comparison:
     """Percent perplexity increase with its interval and verdict (lower is better).
@@ -105,17 +110,35 @@ def compare_perplexity(
     ``ref_nll[i]`` / ``cand_nll[i]``: summed NLL of document i's scored tokens; ``tokens[i]``:
     how many (``cand_tokens`` when the candidate scored a different count). ``max_drop`` is the
     largest acceptable increase in percent.
+
+    The interval is ``method="guarded"`` (see ``stats.perplexity``): the expanded percentile and the studentized
+    bootstrap of the log ratio joined, and, when the per-document effects are too skewed for that many documents
+    (a few documents carry the damage: ``perplexity_skew``), the end on the side of the skew taken from
+    Cantelli's bound. Then ``note`` says so, with the skewness and the documents a bootstrap end needs, and
+    ``examples_needed`` is at least that many documents.
     """
     threshold = check_threshold(max_drop)
     cand_den = tokens if cand_tokens is None else cand_tokens
     interval = paired_bootstrap_ratio(ref_nll, tokens, cand_nll, cand_den, n_resamples, seed, confidence,
                                       groups=groups, method=method)
     effects = perplexity_effects(ref_nll, tokens, cand_nll, cand_den)
+    needed = examples_needed(effects, threshold, False, 1.0 - confidence, power, groups=groups)
+    skew = perplexity_skew(ref_nll, tokens, cand_nll, cand_den, groups=groups, confidence=confidence)
+    note = ""
+    if interval.method.endswith("+cantelli"):
+        unit = "documents" if skew.clusters == skew.units else f"groups ({skew.units_needed} documents)"
+        note = (f"damage concentrated in few documents: the per-document effects have skewness {skew.skewness:+.2f}, "
+                f"and a bootstrap {skew.side} end needs at least {skew.needed} {unit} at that skewness "
+                f"({skew.clusters} here); the {skew.side} end is Cantelli's distribution-free bound")
+        if needed is not None:
+            needed = max(needed, skew.units_needed)
     return Comparison(
         interval=interval,
         verdict=verdict(interval, threshold, higher_is_better=False),
         max_drop=threshold,
         higher_is_better=False,
         min_detectable=min_detectable_difference(effects, 1.0 - confidence, power, groups=groups),
-        examples_needed=examples_needed(effects, threshold, False, 1.0 - confidence, power, groups=groups),
+        examples_needed=needed,
+        note=note,
+        skew=skew,
     )

@@ -1,4 +1,5 @@
-"""The public bootstrap intervals: paired mean difference, perplexity increase, one-sample ratio of sums."""
+"""The public bootstrap intervals of means: the paired mean difference and the one-sample ratio of sums (the
+perplexity increase has its own module, ``perplexity``)."""
 
 from __future__ import annotations
 
@@ -64,57 +65,14 @@ def paired_bootstrap_mean(
     def mean_difference(totals: NDArray[np.float64]) -> NDArray[np.float64]:
         return scale * totals[:, 0] / totals[:, 1]
 
-    interval = bootstrap_interval(values, mean_difference, n=n, unit="pp" if percent else "", n_resamples=n_resamples,
-                         seed=seed, confidence=confidence, method=method)
+    interval = bootstrap_interval(values, mean_difference, n=n, unit="pp" if percent else "",
+                                  n_resamples=n_resamples, seed=seed, confidence=confidence, method=method)
     if not (binary and score_interval):
         return interval
     b, c = discordant_counts(ref_values, cand_values)
     low, high = tango_interval(b, c, n, confidence)
     return dataclasses.replace(interval, low=min(interval.low, scale * low), high=max(interval.high, scale * high),
                                method=f"{method}+tango")
-
-
-def paired_bootstrap_ratio(
-    ref_num: ArrayLike,
-    ref_den: ArrayLike,
-    cand_num: ArrayLike,
-    cand_den: ArrayLike,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = 0,
-    confidence: float = DEFAULT_CONFIDENCE,
-    *,
-    groups: Groups | None = None,
-    method: Method = "expanded",
-) -> Interval:
-    """Percent perplexity increase of the candidate, with a paired bootstrap over documents.
-
-    Per document i: ``ref_num[i]`` / ``cand_num[i]`` = summed NLL (nats) of its scored tokens
-    under each model, ``ref_den[i]`` / ``cand_den[i]`` = the number of those tokens. The
-    statistic is the ratio of corpus perplexities minus one, in percent::
-
-        100 * (exp(sum cand_num / sum cand_den) / exp(sum ref_num / sum ref_den) - 1)
-
-    Documents are resampled whole, with their token counts (never individual tokens).
-    A positive value means the candidate is worse (higher perplexity).
-    """
-    check_options(n_resamples, confidence, method)
-    arrays = {name: as_vector(values, name) for name, values in
-              (("ref_num", ref_num), ("ref_den", ref_den), ("cand_num", cand_num), ("cand_den", cand_den))}
-    n = same_length(**arrays)
-    for name in ("ref_den", "cand_den"):
-        if np.any(arrays[name] <= 0):
-            bad = int(np.flatnonzero(arrays[name] <= 0)[0])
-            raise ValueError(f"{name} must count at least one token per document; "
-                             f"document {bad} has {arrays[name][bad]}")
-    per_unit = np.column_stack([arrays["ref_num"], arrays["ref_den"], arrays["cand_num"], arrays["cand_den"]])
-    values = group_sums(per_unit, group_index(groups, n))
-    return bootstrap_interval(values, _perplexity_increase, n=n, unit="%", n_resamples=n_resamples, seed=seed,
-                     confidence=confidence, method=method)
-
-
-def _perplexity_increase(totals: NDArray[np.float64]) -> NDArray[np.float64]:
-    log_ratio = totals[:, 2] / totals[:, 3] - totals[:, 0] / totals[:, 1]
-    return 100.0 * np.expm1(log_ratio)
 
 
 def bootstrap_ratio(
@@ -148,4 +106,4 @@ def bootstrap_ratio(
         return scale * totals[:, 0] / totals[:, 1]
 
     return bootstrap_interval(values, ratio, n=n, unit="%" if percent else "", n_resamples=n_resamples, seed=seed,
-                     confidence=confidence, method=method)
+                              confidence=confidence, method=method)
