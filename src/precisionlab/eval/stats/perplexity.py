@@ -18,7 +18,10 @@ Methods (``paired_bootstrap_ratio(method=...)``):
 - ``"guarded"`` (what ``compare_perplexity`` uses): the union of the expanded and the studentized intervals;
   then, when the clusters are fewer than ``skew.skew_documents_needed`` at the skewness of the influences, the
   end on the side of the skew (the upper end for right skew: a few documents carry the damage) is extended to
-  Cantelli's distribution-free bound ``L -+ k se sqrt(G/(G - 1))``, ``k = skew.cantelli_factor``.
+  Cantelli's distribution-free bound ``L -+ k se sqrt(G/(G - 1))``, ``k = skew.cantelli_factor``. With fewer than
+  5 clusters it is the expanded interval alone: too few to studentize or to estimate a skewness (the adjusted
+  skewness of 3 values cannot exceed 1.73 whatever the population), and its t quantiles with at most 3 degrees of
+  freedom are what such a verdict rests on.
   docs/eval_statistics.md has the simulation that chose it (wrong PASS at the threshold, coverage, power).
 """
 
@@ -183,12 +186,11 @@ def paired_bootstrap_ratio(
     if method == "studentized":
         low, high = studentized_log_ratio(values, n_resamples, seed, confidence)
         return dataclasses.replace(interval, low=_percent(low), high=_percent(high), method="studentized")
-    parts = ["expanded"]
-    low, high = interval.low, interval.high
-    if len(values) >= MIN_STUDENTIZED_CLUSTERS:
-        s_low, s_high = studentized_log_ratio(values, n_resamples, seed, confidence)
-        low, high = min(low, _percent(s_low)), max(high, _percent(s_high))
-        parts.append("studentized")
+    if len(values) < MIN_STUDENTIZED_CLUSTERS:
+        return interval
+    s_low, s_high = studentized_log_ratio(values, n_resamples, seed, confidence)
+    low, high = min(interval.low, _percent(s_low)), max(interval.high, _percent(s_high))
+    parts = ["expanded", "studentized"]
     check = skew_check(values, n, confidence)
     if not check.trusted:
         estimate, u = log_ratio_influences(values)
