@@ -4,6 +4,7 @@ their intervals are calibrated.
     python3 benchmarks/bench_eval_stats.py [--repeat 3 --units 1000]
     python3 benchmarks/bench_eval_stats.py --coverage [--datasets 2000 --resamples 1000]
     python3 benchmarks/bench_eval_stats.py --binary [--datasets 1000 --resamples 1000]
+    python3 benchmarks/bench_eval_stats.py --skew [--datasets 2000 --resamples 1000 --docs 40,100,400]
 
   mean difference   paired_bootstrap_mean of --units 0/1 pairs, 10,000 resamples, percentile
                       peer: scipy.stats.bootstrap(paired=True, vectorized, percentile)
@@ -18,8 +19,10 @@ of the interval's width. --coverage simulates datasets with a known true differe
 how often each interval method covers it (the table in docs/eval_statistics.md). --binary does
 the same for 0/1 scores: the bootstrap alone, Tango's score interval alone and their union (the
 default), exactly (every (b, c) enumerated with its multinomial probability: the intervals depend
-on b, c and n only) for independent examples, by simulation for examples in topics. Nothing is
-asserted.
+on b, c and n only) for independent examples, by simulation for examples in topics. --skew simulates
+the perplexity verdict at the threshold when a few documents carry the damage (see skew_datasets):
+wrong PASS, coverage and power of the expanded interval (the default before) and of compare_perplexity.
+Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -201,17 +204,100 @@ def binary_coverage(datasets: int, resamples: int) -> None:
         print(f"{label:44s} " + " ".join(f"{100 * hits[m] / datasets:9.1f}%" for m in methods), flush=True)
 
 
+DAMAGE = ("constant", "normal", "gamma4", "gamma1", "pareto2.5", "lognormal1.5")
+DAMAGE_LABELS = {"constant": "none (every document alike)", "normal": "symmetric: Normal(1, 0.5)",
+                 "gamma4": "mild: Gamma(4)", "gamma1": "Gamma(1)", "pareto2.5": "Pareto 2.5 (Lomax)",
+                 "lognormal1.5": "lognormal sigma 1.5"}
+
+
+def damage_draws(rng: np.random.Generator, kind: str, size: tuple[int, ...]) -> np.ndarray:
+    """Per-document damage multipliers with mean exactly 1 (so the population damage is the stated one)."""
+    if kind == "constant":
+        return np.ones(size)
+    if kind == "normal":
+        return 1.0 + 0.5 * rng.standard_normal(size)
+    if kind == "gamma4":
+        return rng.gamma(4.0, 0.25, size)
+    if kind == "gamma1":
+        return rng.exponential(1.0, size)
+    if kind == "pareto2.5":
+        return 1.5 * rng.pareto(2.5, size)             # Lomax(2.5) has mean 1 / 1.5
+    if kind == "lognormal1.5":
+        return np.exp(1.5 * rng.standard_normal(size) - 1.125)
+    raise ValueError(kind)
+
+
+def skew_datasets(rng: np.random.Generator, kind: str, n: int, count: int, increase: float,
+                  noise: float) -> tuple[np.ndarray, ...]:
+    """``count`` datasets of ``n`` documents whose population perplexity increase is exactly ``increase`` percent.
+
+    Document i has ``t_i`` tokens (uniform 80..299, as the built-in documents), a difficulty ``h_i ~ N(2.5, 0.4)``
+    nats per token; the reference's summed NLL is ``r_i = t_i h_i + 1.5 sqrt(t_i) e_i``, the candidate's
+    ``c_i = r_i + t_i delta D_i + noise sqrt(t_i) f_i`` (``e, f`` standard normal; ``D_i`` the damage multiplier,
+    independent of everything else, mean 1). The population's corpus log ratio is ``E[c - r] / E[t] = delta``, so
+    ``delta = log(1 + increase / 100)`` puts the true increase of the ratio of sums exactly at ``increase``.
+    ``noise`` is the per-token spread of the difference that is not damage (0: the damage alone).
+    """
+    delta = math.log1p(increase / 100.0)
+    tokens = rng.integers(80, 300, (count, n)).astype(float)
+    ref = tokens * rng.normal(2.5, 0.4, (count, n)) + 1.5 * np.sqrt(tokens) * rng.standard_normal((count, n))
+    cand = ref + tokens * delta * damage_draws(rng, kind, (count, n)) \
+        + noise * np.sqrt(tokens) * rng.standard_normal((count, n))
+    return ref, cand, tokens
+
+
+def skew(datasets: int, resamples: int, docs: list[int], max_drop: float = 1.0) -> None:
+    """At the threshold (true increase = max_drop): P(PASS) and coverage; at half of it: P(PASS) (power)."""
+    print(f"perplexity verdict at --max-drop {max_drop:g}: true increase = max-drop (wrong PASS, coverage) and "
+          f"= max-drop / 2 (power); {datasets} datasets (half that at 400 documents), {resamples} resamples")
+    print(f"{'damage':28s} {'noise':>5s} {'docs':>5s} | {'wrong PASS':>17s} | {'coverage':>17s} | "
+          f"{'power (half)':>17s} | guard")
+    print(f"{'':28s} {'':5s} {'':5s} | {'before':>8s} {'after':>8s} | {'before':>8s} {'after':>8s} | "
+          f"{'before':>8s} {'after':>8s} |")
+    settings = [(kind, 0.0) for kind in DAMAGE if kind != "constant"] + [(kind, 0.3) for kind in DAMAGE]
+    for n in docs:
+        count = datasets if n < 400 else max(1, datasets // 2)
+        for kind, noise in settings:
+            row = {}
+            for label, increase in (("threshold", max_drop), ("half", max_drop / 2)):
+                rng = np.random.default_rng([n, DAMAGE.index(kind), int(10 * noise), int(increase * 1000)])
+                ref, cand, tokens = skew_datasets(rng, kind, n, count, increase, noise)
+                passes = {"before": 0, "after": 0}
+                covered = {"before": 0, "after": 0}
+                guarded = 0
+                for i in range(count):
+                    before = stats.paired_bootstrap_ratio(ref[i], tokens[i], cand[i], tokens[i], resamples, seed=i)
+                    after = stats.compare_perplexity(ref[i], cand[i], tokens[i], max_drop, n_resamples=resamples,
+                                                     seed=i)
+                    passes["before"] += before.high < max_drop       # the verdict rule, written out
+                    passes["after"] += after.verdict == "pass"
+                    covered["before"] += before.low <= increase <= before.high
+                    covered["after"] += after.interval.contains(increase)
+                    guarded += after.interval.method.endswith("cantelli")
+                row[label] = ({k: v / count for k, v in passes.items()}, {k: v / count for k, v in covered.items()},
+                              guarded / count)
+            (wrong, cover, guard), (power, _, _) = row["threshold"], row["half"]
+            print(f"{DAMAGE_LABELS[kind]:28s} {noise:5.1f} {n:5d} | {100 * wrong['before']:7.1f}% "
+                  f"{100 * wrong['after']:7.1f}% | {100 * cover['before']:7.1f}% {100 * cover['after']:7.1f}% | "
+                  f"{100 * power['before']:7.1f}% {100 * power['after']:7.1f}% | {100 * guard:4.0f}%", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--units", type=int, default=1000)
     parser.add_argument("--coverage", action="store_true", help="print the simulated coverage table instead")
     parser.add_argument("--binary", action="store_true", help="print the coverage of the 0/1-score intervals instead")
+    parser.add_argument("--skew", action="store_true",
+                        help="print the perplexity verdict at the threshold under skewed per-document damage instead")
+    parser.add_argument("--docs", default="40,100,400", help="document counts of --skew")
     parser.add_argument("--datasets", type=int, default=2000)
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args()
     print(f"{platform.python_version()} numpy {np.__version__}, {os.cpu_count()} cpus")
-    if args.binary:
+    if args.skew:
+        skew(args.datasets, args.resamples, [int(n) for n in args.docs.split(",")])
+    elif args.binary:
         binary_coverage(args.datasets, args.resamples)
     elif args.coverage:
         coverage(args.datasets, args.resamples)

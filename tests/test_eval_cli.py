@@ -21,6 +21,17 @@ def one_line_error(result, text: str) -> None:  # type: ignore[no-untyped-def]
     assert len([line for line in lines if line.startswith("error")]) == 1
 
 
+def implied_verdict(findings: dict[str, Any], key: str, max_drop: float, higher_is_better: bool) -> str:
+    """The verdict that the interval `key.ci_low`, `key.ci_high` and the threshold imply (the rule of
+    docs/eval_statistics.md, written out here): accuracy-like, PASS when low > -max_drop, FAIL when
+    high < -max_drop; perplexity (lower is better), PASS when high < max_drop, FAIL when low > max_drop."""
+    low, high = findings[f"{key}.ci_low"], findings[f"{key}.ci_high"]
+    assert low <= findings[f"{key}.difference"] <= high
+    if higher_is_better:
+        return "pass" if low > -max_drop else "fail" if high < -max_drop else "inconclusive"
+    return "pass" if high < max_drop else "fail" if low > max_drop else "inconclusive"
+
+
 def test_unknown_model_lists_the_packaged_ones(run_cli) -> None:  # type: ignore[no-untyped-def]
     from precisionlab.models.packaged import installed_packaged
 
@@ -93,7 +104,8 @@ def test_minilm_retrieval_json(run_cli) -> None:  # type: ignore[no-untyped-def]
     findings = data["findings"]
     for key in ("difference", "ci_low", "ci_high", "verdict", "n", "min_detectable", "cosine"):
         assert f"eval.retrieval.int8:row.{key}" in findings
-    assert findings["eval.retrieval.int8:row.verdict"] in ("pass", "fail", "inconclusive")
+    key = "eval.retrieval.int8:row"
+    assert findings[f"{key}.verdict"] == implied_verdict(findings, key, 1.0, True)
     assert findings["eval.retrieval.int8:row.n"] == 13
     assert findings["eval.retrieval.int8:row.ci_low"] <= findings["eval.retrieval.int8:row.difference"] \
         <= findings["eval.retrieval.int8:row.ci_high"]
@@ -120,7 +132,9 @@ def test_smollm2_ppl_and_a_user_choice_file(run_cli, tmp_path: Path) -> None:  #
     assert "reference: ppl" in result.stderr and "int8:row: quiz" in result.stderr  # one line per finished step
     saved = json.loads((out / "eval.json").read_text())
     findings = saved["findings"]
-    assert findings["eval.ppl.int8:row.verdict"] in ("pass", "inconclusive")
+    assert findings["eval.ppl.int8:row.verdict"] == implied_verdict(findings, "eval.ppl.int8:row", 2.0, False)
+    assert findings["eval.ppl.int8:row.verdict"] != "fail"
+    assert findings["eval.quiz.int8:row.verdict"] == implied_verdict(findings, "eval.quiz.int8:row", 2.0, True)
     assert findings["eval.quiz.int8:row.n"] == 3 and "eval.quiz.reference.acc" in findings
     assert saved["params"]["max_drop"] == 2.0 and "--max-drop 2" in saved["params"]["command"]
     for name in ("eval_ppl_difference.png", "eval_quiz_difference.png", "eval_ppl_examples.jsonl",
@@ -136,7 +150,7 @@ def test_smollm2_ppl_and_a_user_choice_file(run_cli, tmp_path: Path) -> None:  #
     assert errors[skipping]["skipped layers"] == 2 * 30 and errors[skipping]["quantized layers"] == 5 * 30
     assert errors["int8:row"]["skipped layers"] == 0
     assert "model.layers.0.self_attn.k_proj: skipped" in result.stdout and "outliers=200" in result.stdout
-    assert findings[f"eval.ppl.{skipping}.verdict"] in ("pass", "fail", "inconclusive")
+    assert findings[f"eval.ppl.{skipping}.verdict"] == implied_verdict(findings, f"eval.ppl.{skipping}", 2.0, False)
 
 
 def test_the_terminal_view_leaves_the_findings_to_json_unless_asked(run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -244,7 +244,8 @@ def test_load_text_file_units(tmp_path: Path) -> None:
         "s" * 1200 + "\n\n" + "t" * 100,
     ]
     assert [unit.id for unit in units] == ["notes#0", "notes#1"]
-    assert all(unit.source == str(file.resolve()) and unit.group == "" for unit in units)
+    assert all(unit.source == str(file.resolve()) for unit in units)
+    assert [unit.group for unit in units] == ["notes#0-0", "notes#1-1"]   # two units: a block each
     assert data.load_task_file(file) == ("ppl", units)
 
 

@@ -11,6 +11,7 @@ import pytest
 from precisionlab.labs import eval as eval_lab
 from precisionlab.labs import get_lab
 from tests.model_helpers import minilm
+from tests.test_eval_cli import implied_verdict
 
 
 def test_registered_for_run() -> None:
@@ -84,8 +85,11 @@ def test_lab_on_minilm(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # ty
     assert result.params["commands"].endswith("--threads 1")
     assert [t.key for t in result.sections] == ["retrieval", "errors"]
     assert [f.key for f in result.figures] == ["retrieval_difference"]
+    max_drop = result.params["max_drop"]
+    assert isinstance(max_drop, float)
     for scheme in eval_lab.LAB_SCHEMES:
-        assert result.findings[f"eval.retrieval.{scheme}.verdict"] in ("pass", "fail", "inconclusive")
+        key = f"eval.retrieval.{scheme}"
+        assert result.findings[f"{key}.verdict"] == implied_verdict(result.findings, key, max_drop, True)
     rows = result.section("retrieval").records()
     assert rows[0]["scheme"] == "reference" and rows[1]["scheme"] == "int8:row"
     assert result.params["models"] == "minilm-l6"

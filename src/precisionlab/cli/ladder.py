@@ -98,6 +98,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     if threads is not None and threads < 1:
         raise ValueError(f"--threads must be a positive integer, got {threads}")
     check_blocks(block_ids, block_count(model))  # before the model loads (None: known only then)
+    from precisionlab.eval.overlap import BUILTIN, calibration_data, check_calibration
+
+    check_calibration(calibration_data(BUILTIN), task_names, option="the ladder's calibration data")
     if threads is not None:
         from precisionlab.models import peers
 
@@ -147,15 +150,14 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
            target: str, progress: Any, alpha: float = ALPHA, log_path: Path | None = None,
            settings: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[str], Any]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
-    from precisionlab.eval import data
+    from precisionlab.eval.overlap import BUILTIN, calibration_data  # checked in COMMAND
     from precisionlab.ptq import token_batches
     from precisionlab.ptq.ladder import ModelEvaluator
 
     loaded = load_causal_lm(model, "ladder", progress)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        calibration = token_batches(loaded.tokenizer, data.calibration_documents(data.builtin_split()), calib_size,
-                                    CALIB_SEQ_LEN)
+        calibration = token_batches(loaded.tokenizer, calibration_data(BUILTIN), calib_size, CALIB_SEQ_LEN)
         evaluator = ModelEvaluator(loaded, task_names, max_drop, calibration, blocks=block_ids, seed=seed,
                                    n_resamples=resamples, progress=progress)
         start = examples if examples is not None else evaluator.base_examples

@@ -92,49 +92,16 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 def calibration_documents(calib_data: str) -> list[Any]:
     """The calibration documents: the built-in calibration part, or a text / JSONL ({"text": ...}) file."""
-    from precisionlab.eval import data
+    from precisionlab.eval.overlap import calibration_data
 
-    if calib_data == "builtin":
-        return data.calibration_documents(data.builtin_split())
-    path = Path(calib_data).expanduser()
-    if not path.is_file():
-        raise ValueError(f"--calib-data: no such file: {calib_data} (give 'builtin' or a text / .jsonl file)")
-    kind, items = data.load_task_file(path)
-    if kind != "ppl":
-        raise ValueError(f"--calib-data {path}: a {kind} file; calibration needs text (a text file or .jsonl lines "
-                         '{"text": ...})')
-    return list(items)
-
-
-def evaluation_documents(task_names: list[str]) -> list[Any]:
-    """Everything the evaluation may read, as documents for the overlap check: the built-in evaluation part
-    and every user task file (choice contexts and choices, prompts and answers, texts)."""
-    from precisionlab.eval import data
-
-    docs: list[Any] = list(data.builtin_split().evaluation)
-    for name in task_names:
-        if name in ("ppl", "choice", "generate", "retrieval"):
-            continue
-        _, items = data.load_task_file(name)
-        source = str(Path(name).expanduser().resolve())
-        for item in items:
-            if isinstance(item, data.Document):
-                docs.append(item)
-                continue
-            parts = [getattr(item, f, None) for f in ("text", "context", "prompt", "answer")]
-            parts += list(getattr(item, "choices", ()))
-            docs.append(data.Document(id=item.id, text="\n\n".join(p for p in parts if p), source=source))
-    return docs
+    return calibration_data(calib_data)
 
 
 def check_calibration(calib_docs: list[Any], task_names: list[str]) -> None:
-    """ValueError (one line) when the calibration data overlaps anything the evaluation reads."""
-    from precisionlab.eval.data import check_no_overlap
+    """ValueError (one line) when the calibration data overlaps anything the evaluation reads (eval.overlap)."""
+    from precisionlab.eval.overlap import check_calibration as check
 
-    try:
-        check_no_overlap(calib_docs, evaluation_documents(task_names))
-    except ValueError as exc:
-        raise ValueError(f"--calib-data overlaps the evaluation data, refused: {exc}") from None
+    check(calib_docs, task_names, option="--calib-data")
 
 
 EVAL_NOTES = {
@@ -248,8 +215,7 @@ def COMMAND(model: str, method: str | None, scheme: str | None, blocks: str | No
                              "time (save rtn, gptq or awq)")
         check_writable_file(save_path, "--save")
     calib_docs = calibration_documents(calib_data)
-    if calib_data != "builtin":
-        check_calibration(calib_docs, task_names)
+    check_calibration(calib_docs, task_names)  # the built-in calibration part too: against the task files
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be a positive integer, got {threads}")

@@ -8,7 +8,7 @@ Per candidate: its weights are quantized in place (models.weights; restored afte
 activation hooks and the KV-cache factory are attached, the layer-output error is measured
 on a probe of PROBE_TOKENS tokens, then every task is scored with the same batches as the
 reference. Statistics come from eval.stats on the per-example scores, resampling the data's
-units (topics for the built-in sets, every example of a user file on its own):
+units (topics for the built-in sets, blocks of consecutive units of a text file, JSONL lines on their own):
 
     task       metric (verdict)                              unit  extra metrics (interval, no verdict)
     ppl        perplexity: percent increase                   %    kl (nats / token), top1_agreement (%)
@@ -214,7 +214,8 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
                 "generate_new_tokens": limits.generate_new_tokens, "probe_tokens": limits.probe_tokens,
                 "n_resamples": n_resamples, "seed": seed,
                 "confidence": confidence,
-                "interval": "expanded percentile, paired bootstrap; 0/1 scores: its union with Tango's score interval"}
+                "interval": "expanded percentile, paired bootstrap; 0/1 scores: its union with Tango's score interval; "
+                            "perplexity: its union with the studentized bootstrap, Cantelli's end when too skewed"}
     runs = [_reference(loaded, spec, cache, cache_dir, progress, limits) for spec in tasks]
     probe = _probe(loaded, limits.probe_tokens)
     candidate_runs: list[CandidateRun] = []

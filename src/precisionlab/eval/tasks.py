@@ -42,7 +42,8 @@ class TaskSpec:
 
     @property
     def groups(self) -> list[tuple[str, str]]:
-        """Resampling clusters (the topic of built-in units; every user unit on its own)."""
+        """Resampling clusters (the topic of built-in units, the block of a text file's units; JSONL lines on their own
+        unless they name a group)."""
         return data.unit_groups(self.items)
 
     @property

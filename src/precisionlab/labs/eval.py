@@ -188,6 +188,9 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
              "already holds them: the comparison measures nothing), 'partly (k/N layers)', or 'no'.")
     if evaluation.model.get("grid_note"):
         note += " Caveat: the source weights are already quantized (see the errors table's note)."
+    for outcome in task.outcomes:
+        if outcome.comparisons[primary].note:
+            note += f" {outcome.candidate}: {outcome.comparisons[primary].note}."
     return Table(key=task.name, title=f"{task.name}: {metric} of {evaluation.model['name']}", columns=columns,
                  rows=rows, note=note,
                  formats={"bits/weight": ".4g", "model MB": ".1f", metric: ".4g", f"difference ({unit_label})": ".3g",
@@ -223,7 +226,9 @@ def _difference_rule(task: Any) -> str:
 
 def _binary_rule(task: Any) -> str:
     if task.kind == "ppl":
-        return ""
+        return (", the union of the expanded percentile and the studentized bootstrap of the log ratio; when the "
+                "per-document effects are too skewed for this many documents (a few carry the damage), the end on "
+                "the side of the skew is Cantelli's distribution-free bound")
     return (", widened for 0/1 scores to contain Tango's score interval for paired proportions (honest with few "
             "discordant answers: with none it is +-z^2/(n+z^2), 3.7 pp at n = 100)")
 
@@ -231,7 +236,8 @@ def _binary_rule(task: Any) -> str:
 def _unit_rule(task: Any) -> str:
     if task.spec.source == "builtin":
         return "topics (units of one topic are resampled together), never tokens"
-    return "the file's examples (each on its own, or by their 'group'), never tokens"
+    return ("the file's examples (a text file's in blocks of consecutive units; JSONL lines each on its own, or by "
+            "their 'group'), never tokens")
 
 
 def _extras(task: Any, outcome: Any) -> list[Scalar]:
