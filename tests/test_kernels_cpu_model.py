@@ -14,6 +14,7 @@ require_peers("gguf", "accelerate")
 
 from precisionlab.eval import speed  # noqa: E402
 from precisionlab.eval.candidates import parse_candidates  # noqa: E402
+from precisionlab.ptq import speed as ptq_speed  # noqa: E402
 
 SETTINGS = {"prompt_tokens": 16, "new_tokens": 3, "repetitions": 2}
 INCLUDE = ["model.layers.0.*", "model.layers.1.*"]
@@ -96,7 +97,7 @@ def test_a_ptq_result_runs_its_own_codes() -> None:
         assert np.array_equal(swap.swapped[n][3].packed.emulated, stored[n].dequantize())
     before = modules[names[0]].weight.detach().clone()
     result = PTQResult(method="rtn", scheme=scheme, layers=[], quantized=stored)
-    run = speed.measure_speed(loaded, [speed.ptq_speed_candidate(result)], **SETTINGS)
+    run = speed.measure_speed(loaded, [ptq_speed.ptq_speed_candidate(result)], **SETTINGS)
     row = run.row("rtn:int4:g64:scale=bf16")
     assert row.layers == 2 and 0 < row.bound_fraction <= 1.0
     assert np.array_equal(modules[names[0]].weight.detach().numpy(), before.numpy())  # restored after the check
@@ -105,7 +106,7 @@ def test_a_ptq_result_runs_its_own_codes() -> None:
 def test_methods_that_quantize_at_run_time_have_no_kernel() -> None:
     from precisionlab.ptq.run import PTQResult
 
-    row = speed.ptq_speed_candidate(PTQResult(method="smoothquant", scheme="int8:row", layers=[]))
+    row = ptq_speed.ptq_speed_candidate(PTQResult(method="smoothquant", scheme="int8:row", layers=[]))
     assert "run time" in row.reason
 
 

@@ -6,9 +6,10 @@ the top, inside a function, or under `if TYPE_CHECKING:` (the source is read wit
 imported, so every import counts; relative imports are resolved). `from P import name` points at the
 module P.name when there is one, else at P itself. Importing P.X does not count as importing P's
 `__init__` (Python runs the parent package first; that is not a circle of this package's making).
-Any strongly connected part of more than one node is a circle. A subpackage is a package of its
-own, tested by itself; circles between packages (a package and its subpackage among them) are a
-layering question (DESIGN.md), not this test's.
+Any strongly connected part of more than one node is a circle. A subpackage is one node of its parent
+(every module in it, at any depth, stands for it there), so a module that imports its own subpackage
+while the subpackage imports it back is a circle of the parent; the subpackage is also tested by
+itself. Circles between unrelated packages are a layering question (DESIGN.md), not this test's.
 """
 
 from __future__ import annotations
@@ -60,12 +61,16 @@ def packages(known: dict[str, Path]) -> list[str]:
 
 
 def node_in(package: str, module: str, known: dict[str, Path]) -> str | None:
-    """`module` when it is one of the package's own modules (its `__init__` or a module directly in
-    it, not a subpackage), else None."""
+    """The node of `package` that `module` belongs to: the module itself when it lies directly in the package
+    (its `__init__` included), the subpackage when it lies in one (a subpackage is one node of its parent, so
+    a circle through a subpackage counts), else None."""
     if module == package:
         return package
-    inside = module.startswith(package + ".") and "." not in module[len(package) + 1:]
-    return module if inside and module in known and not is_package(known[module]) else None
+    if not module.startswith(package + "."):
+        return None
+    first = module[len(package) + 1:].split(".")[0]
+    node = f"{package}.{first}"
+    return node if node in known else None
 
 
 def graph(package: str, known: dict[str, Path]) -> dict[str, set[str]]:
@@ -181,9 +186,10 @@ def test_the_checker_finds_circles_through_functions_type_checking_and_relative_
     edges = graph("precisionlab.pkg", known)
     found = circles(edges)
     # a -> b (in a function), b -> c (TYPE_CHECKING, relative), c -> a (plain import); d -> __init__ -> a
-    # points into the circle only; f likewise; d <-> sub.e crosses into a subpackage, not counted here
-    assert found == [["precisionlab.pkg.a", "precisionlab.pkg.b", "precisionlab.pkg.c"]]
+    # points into the circle only; f likewise; d <-> sub.e is a circle through the subpackage (one node)
+    assert found == [["precisionlab.pkg.a", "precisionlab.pkg.b", "precisionlab.pkg.c"],
+                     ["precisionlab.pkg.d", "precisionlab.pkg.sub"]]
     assert path_through(edges, found[0]).replace("precisionlab.pkg.", "") == "a -> b -> c -> a"
-    assert edges["precisionlab.pkg.d"] == {"precisionlab.pkg"}
+    assert edges["precisionlab.pkg.d"] == {"precisionlab.pkg", "precisionlab.pkg.sub"}
     assert circles(graph("precisionlab.pkg.sub", known)) == [["precisionlab.pkg.sub.e", "precisionlab.pkg.sub.g"]]
     assert not circles(graph("precisionlab", known))

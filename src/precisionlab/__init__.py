@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     """Lazy exports: `read_checkpoint` imports the interop readers only when first used."""
     if name == "read_checkpoint":
-        from precisionlab.interop.checkpoint import read_checkpoint
+        from precisionlab.interop.reading import read_checkpoint
 
         return read_checkpoint
     raise AttributeError(f"module 'precisionlab' has no attribute {name!r}")

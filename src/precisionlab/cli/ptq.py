@@ -280,7 +280,7 @@ def _run(model: str, method: str, scheme: str, block_ids: list[int] | None, cali
         evaluation = evaluate_result(loaded, result, block_ids, task_names, max_drop, eval_size, progress)
     measured = None
     if speed:
-        from precisionlab.eval.speed import ptq_speed_run
+        from precisionlab.ptq.speed import ptq_speed_run
 
         measured = ptq_speed_run(loaded, result, threads=threads, progress=progress)
     return result, evaluation, lines, measured

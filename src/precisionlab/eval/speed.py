@@ -64,25 +64,10 @@ def speed_candidate(candidate: Any) -> SpeedCandidate:
                               "the activations or the KV cache are quantized at run time, which no kernel here does")
     if candidate.prepare is not None:
         return SpeedCandidate(candidate.label, candidate.weights,
-                              "it installs its own weights; pass its stored codes (ptq_speed_candidate)")
+                              "it installs its own weights; pass its stored codes (ptq.speed.ptq_speed_candidate)")
     if candidate.weights is None:
         return SpeedCandidate(candidate.label, None, "it quantizes no weight")
     return SpeedCandidate(candidate.label, candidate.weights)
-
-
-def ptq_speed_candidate(result: Any, label: str | None = None) -> SpeedCandidate:
-    """The speed view of a PTQ method's result: its stored codes run on the kernel of its scheme (weight-only
-    methods: rtn, gptq, awq; the others quantize activations or the KV cache at run time)."""
-    from precisionlab.ptq.install import ptq_candidate
-    from precisionlab.ptq.run import WEIGHT_ONLY
-
-    name = label or f"{result.method}:{result.scheme}"
-    if result.method not in WEIGHT_ONLY:
-        return SpeedCandidate(name, result.scheme, f"{result.method} quantizes activations or the KV cache at run "
-                                                   "time, which no kernel here does")
-    candidate = ptq_candidate(result, name)
-    return SpeedCandidate(name, result.scheme, quantized=result.quantized,
-                          prepare=lambda model: candidate.prepare(model, (), None))
 
 
 def kernel_twins(specs: Sequence[str]) -> list[str]:
@@ -369,19 +354,12 @@ def speed_run(loaded: Any, specs: Sequence[str], include: Sequence[str] = (), ex
     from precisionlab.eval.candidates import parse_candidates
 
     return measure_speed(loaded, [speed_candidate(c) for c in parse_candidates(list(specs))], include, exclude,
-                         threads=threads or THREADS, progress=progress, **{**_defaults(), **settings})
+                         threads=threads or THREADS, progress=progress, **{**defaults(), **settings})
 
 
-def _defaults() -> dict[str, int]:
+def defaults() -> dict[str, int]:
     """The module's settings as they are now (read at call time)."""
     return {"prompt_tokens": PROMPT_TOKENS, "new_tokens": NEW_TOKENS, "repetitions": REPETITIONS}
-
-
-def ptq_speed_run(loaded: Any, ptq_result: Any, threads: int | None = None, progress: Any = None,
-                  **settings: int) -> SpeedRun:
-    """The `ptq --speed` measurement: the method's stored codes on their kernel, against the float model."""
-    return measure_speed(loaded, [ptq_speed_candidate(ptq_result)], (), None, threads=threads or THREADS,
-                         progress=progress, **{**_defaults(), **settings})
 
 
 def add_speed(result: Any, run: SpeedRun) -> None:

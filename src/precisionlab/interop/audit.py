@@ -61,9 +61,9 @@ CHUNK = 1 << 20
 
 # --------------------------------------------------------------------------- opening a checkpoint
 def open_checkpoint(path: str | os.PathLike[str]) -> Any:
-    """`interop.checkpoint.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily. The path is made
+    """`interop.reading.read_checkpoint(path)`: a Mapping of name -> tensor, indexed lazily. The path is made
     absolute, so the tensors' parts can be mapped from other working directories (pool and Dask workers)."""
-    from precisionlab.interop.checkpoint import read_checkpoint
+    from precisionlab.interop.reading import read_checkpoint
 
     return read_checkpoint(Path(path).absolute())
 

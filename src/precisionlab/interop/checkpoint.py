@@ -1,4 +1,5 @@
-"""`read_checkpoint(path)`: every tensor of another toolkit's checkpoint, read lazily and exactly.
+"""The records `read_checkpoint(path)` (interop.reading) returns: every tensor of another toolkit's checkpoint,
+read lazily and exactly.
 
     ckpt = read_checkpoint("model.gguf")          # or a .safetensors file, a sharded directory,
     t = ckpt["blk.0.attn_q.weight"]               #    or its model.safetensors.index.json
@@ -18,11 +19,9 @@ raise a one-line OSError / ValueError naming the file.
 
 from __future__ import annotations
 
-import errno
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +54,10 @@ class PartRef:
             raise OSError(f"{self.file}: cannot map {self.nbytes} bytes at offset {self.offset} ({exc})") from None
 
 
+Decoder = Callable[["CheckpointTensor"], np.ndarray]
+"""A reader's dequantizer: the tensor in, float32 values in its shape out."""
+
+
 @dataclass
 class CheckpointTensor:
     """One logical tensor of a checkpoint (for GPTQ / AWQ the qweight, qzeros, scales and g_idx are one)."""
@@ -66,8 +69,9 @@ class CheckpointTensor:
     source_file: str
     refs: dict[str, PartRef] = field(default_factory=dict)
     """Stored parts by role ('qweight', 'scales', 'weight', 'blocks', ...)."""
-    decoder: str = ""
-    """Name of the dequantizer in `interop.readers.DECODERS` ('' for unknown layouts)."""
+    decoder: Decoder | None = None
+    """The reader's dequantizer (None for unknown layouts): a module-level function of the reader that made the
+    tensor, so the tensor pickles by reference to it and decodes in any process."""
     details: dict[str, Any] = field(default_factory=dict)
     """What the reader found: bits, group size, zero-point convention, int4 range, act order, ..."""
     note: str = ""
@@ -93,13 +97,11 @@ class CheckpointTensor:
 
     def dequantize(self) -> np.ndarray:
         """float32 values in `shape`: what the toolkit's own dequantization gives, bit for bit."""
-        if self.layout == UNKNOWN or not self.decoder:
+        if self.layout == UNKNOWN or self.decoder is None:
             raise ValueError(f"{self.name}: layout unknown, cannot dequantize ({self.note or 'no reader'})")
-        from precisionlab.interop.readers import DECODERS
-
-        out = DECODERS[self.decoder](self)
+        out = self.decoder(self)
         if out.shape != self.shape or out.dtype != np.float32:  # a reader bug, never the file's fault
-            raise RuntimeError(f"{self.name}: decoder {self.decoder} gave {out.dtype}{out.shape}, not "
+            raise RuntimeError(f"{self.name}: decoder {self.decoder.__name__} gave {out.dtype}{out.shape}, not "
                                f"float32{self.shape}")
         return out
 
@@ -150,24 +152,3 @@ class Checkpoint(Mapping[str, CheckpointTensor]):
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.path!r}, {len(self)} tensors, layouts={self.layouts()})"
-
-
-def read_checkpoint(path: str | Path) -> Checkpoint:
-    """Index a checkpoint: a .gguf file, a .safetensors file, a directory of shards, or its index JSON.
-
-    A directory is read through its model.safetensors.index.json when it has one, else every
-    *.safetensors file in it, else its single .gguf file. Quantization settings come from the
-    config.json (`quantization_config`), quantize_config.json or quant_config.json beside the files.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(p))
-    from precisionlab.interop.readers import gguf_file, safetensors_files
-
-    if p.is_dir():
-        return safetensors_files.read_directory(p, gguf_reader=gguf_file.read_gguf)
-    if p.suffix.lower() == ".gguf" or gguf_file.has_gguf_magic(p):
-        return gguf_file.read_gguf(p)
-    if p.name.endswith(".json"):
-        return safetensors_files.read_index(p)
-    return safetensors_files.read_files(p, [p])

@@ -93,12 +93,12 @@ def build_bnb(name: str, refs: dict[str, PartRef], state_role: str, notes: list[
     # blocks run over the flattened weight: they are the grammar's groups (along rows) when rows are whole blocks
     rows_are_blocks = shape[-1] % blocksize == 0
     scheme = None if nested or not rows_are_blocks else f"nf4:g{blocksize}:bnb"
-    return CheckpointTensor(name, "bnb:nf4", scheme, tuple(shape), weight.file, refs, "bnb", details)
+    return CheckpointTensor(name, "bnb:nf4", scheme, tuple(shape), weight.file, refs, decode_bnb, details)
 
 
 def _unknown(name: str, refs: dict[str, PartRef], why: str, notes: list[str]) -> CheckpointTensor:
     notes.append(f"{name}: {why}")
-    return CheckpointTensor(name, UNKNOWN, None, (0,), refs["weight"].file, refs, "", {}, why)
+    return CheckpointTensor(name, UNKNOWN, None, (0,), refs["weight"].file, refs, None, {}, why)
 
 
 def bnb_codes(t: CheckpointTensor) -> np.ndarray:

@@ -15,7 +15,7 @@ def build_float(name: str, ref: PartRef) -> CheckpointTensor:
     details = {"dtype": ref.stored_dtype}
     if ref.stored_dtype == "F64":
         details["note"] = "float64 values are rounded once to float32"
-    return CheckpointTensor(name, f"float:{ref.stored_dtype}", None, ref.shape, ref.file, {"data": ref}, "float",
+    return CheckpointTensor(name, f"float:{ref.stored_dtype}", None, ref.shape, ref.file, {"data": ref}, decode_float,
                             details)
 
 

@@ -65,19 +65,19 @@ def build_fp8(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: l
     layout = f"{layout_prefix}:{LAYOUT_NAMES[element]}" if layout_prefix == "fp8" else layout_prefix
     if scale_role is None:
         details.update(block=None, out_dtype="float32")
-        return CheckpointTensor(name, layout, None, w.shape, w.file, refs, "fp8", details)
+        return CheckpointTensor(name, layout, None, w.shape, w.file, refs, decode_fp8, details)
     s = refs[scale_role]
     if s.stored_dtype not in FLOAT_DTYPES:
         why = f"{scale_role} is {s.stored_dtype}, not a float"
         notes.append(f"{name}: {why}")
-        return CheckpointTensor(name, UNKNOWN, None, w.shape, w.file, refs, "", details, why)
+        return CheckpointTensor(name, UNKNOWN, None, w.shape, w.file, refs, None, details, why)
     block_cfg = cfg.get("weight_block_size")
     block_size = [int(v) for v in block_cfg] if isinstance(block_cfg, list) and len(block_cfg) == 2 else None
     gran = _granularity(w.shape, s.shape, block_size)
     if gran is None:
         why = f"{scale_role} {list(s.shape)} fits no per-tensor, per-row or block layout of a {list(w.shape)} weight"
         notes.append(f"{name}: {why}")
-        return CheckpointTensor(name, UNKNOWN, None, w.shape, w.file, refs, "", details, why)
+        return CheckpointTensor(name, UNKNOWN, None, w.shape, w.file, refs, None, details, why)
     text, block = gran
     if text == "col" and s.shape == (w.shape[1], 1):
         notes.append(f"{name}: {scale_role} {list(s.shape)} holds one scale per column of the {list(w.shape)} weight, "
@@ -86,7 +86,7 @@ def build_fp8(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: l
     details.update(block=list(block), granularity=text or "tensor", scale_dtype=FLOAT_DTYPES[s.stored_dtype],
                    out_dtype=out_dtype or "float32")
     scheme = str(parse_scheme(element + (f":{text}" if text else "") + SCALE_OPTIONS.get(s.stored_dtype, "")))
-    return CheckpointTensor(name, layout, scheme, w.shape, w.file, refs, "fp8", details)
+    return CheckpointTensor(name, layout, scheme, w.shape, w.file, refs, decode_fp8, details)
 
 
 def fp8_values(t: CheckpointTensor) -> np.ndarray:

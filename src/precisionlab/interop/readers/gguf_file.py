@@ -92,7 +92,7 @@ def read_gguf(path: Path) -> Checkpoint:
         if type_name in FLOAT_TYPES:
             ref = PartRef(str(path), offset, nbytes, FLOAT_TYPES[type_name], shape, type_name)
             tensors.append(CheckpointTensor(t.name, f"gguf:{type_name}", None, shape, str(path), {"data": ref},
-                                            "gguf", details))
+                                            decode, details))
             continue
         fmt = BLOCK_FORMATS.get(type_name)
         if fmt is None or ne[0] % fmt.block_size or nbytes != t.n_elements // fmt.block_size * fmt.type_size:
@@ -100,12 +100,13 @@ def read_gguf(path: Path) -> Checkpoint:
                    else f"{type_name} row of {ne[0]} is not whole blocks of {fmt.block_size}")
             notes.append(f"{t.name}: {why}")
             ref = PartRef(str(path), offset, nbytes, "u1", (nbytes,), type_name)
-            tensors.append(CheckpointTensor(t.name, UNKNOWN, None, shape, str(path), {"blocks": ref}, "", details, why))
+            tensors.append(CheckpointTensor(t.name, UNKNOWN, None, shape, str(path), {"blocks": ref}, None, details,
+                                            why))
             continue
         details.update(block_size=fmt.block_size, block_bytes=fmt.type_size)
         ref = PartRef(str(path), offset, nbytes, "u1", (nbytes,), type_name)
         tensors.append(CheckpointTensor(t.name, f"gguf:{type_name}", fmt.scheme, shape, str(path), {"blocks": ref},
-                                        "gguf", details))
+                                        decode, details))
     return Checkpoint(str(path), tensors, [str(path)], _metadata(reader), notes)
 
 
@@ -124,6 +125,6 @@ def decode(tensor: CheckpointTensor) -> np.ndarray:
 def quantized(tensor: CheckpointTensor) -> QuantizedTensor:
     """A GGUF block tensor as a QuantizedTensor under its gguf_* preset: the stored codes, scales and mins."""
     type_name = tensor.details.get("ggml_type")
-    if tensor.decoder != "gguf" or type_name not in BLOCK_FORMATS:
+    if tensor.decoder is not decode or type_name not in BLOCK_FORMATS:
         raise ValueError(f"{tensor.name}: not a GGUF block tensor this reader decodes (layout {tensor.layout})")
     return quantized_tensor(tensor.refs["blocks"].load(), type_name, tensor.shape)

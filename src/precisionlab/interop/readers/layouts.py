@@ -134,7 +134,7 @@ def group(refs: dict[str, PartRef], cfg: dict[str, Any], notes: list[str]) -> li
                    if ref.stored_dtype in ("I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL")
                    else f"dtype {ref.stored_dtype} outside any quantized layout this reader knows")
             notes.append(f"{name}: {why}")
-            found.append((order[name], CheckpointTensor(name, UNKNOWN, None, ref.shape, ref.file, {"data": ref}, "",
+            found.append((order[name], CheckpointTensor(name, UNKNOWN, None, ref.shape, ref.file, {"data": ref}, None,
                                                         {"dtype": ref.stored_dtype}, why)))
     found.sort(key=lambda item: item[0])
     return [t for _, t in found]

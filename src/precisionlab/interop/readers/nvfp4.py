@@ -45,11 +45,11 @@ def build_nvfp4(name: str, refs: dict[str, PartRef], notes: list[str]) -> Checkp
     if problem or wp is None:
         notes.append(f"{name}: {problem}")
         first = next(iter(refs.values()))
-        return CheckpointTensor(name, UNKNOWN, None, (0,), first.file, refs, "", {}, problem)
+        return CheckpointTensor(name, UNKNOWN, None, (0,), first.file, refs, None, {}, problem)
     details = {"block_size": BLOCK, "global_scale_direction": "encode (values are divided by it)",
                "out_dtype": "bfloat16"}
     return CheckpointTensor(name, "compressed-tensors:nvfp4-pack-quantized", "nvfp4", (rows, cols), wp.file, refs,
-                            "nvfp4", details)
+                            decode_nvfp4, details)
 
 
 def nvfp4_parts(t: CheckpointTensor) -> tuple[np.ndarray, np.ndarray, float]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.interop.checkpoint import UNKNOWN, CheckpointTensor, PartRef
+from precisionlab.interop.checkpoint import UNKNOWN, CheckpointTensor, Decoder, PartRef
 from precisionlab.interop.readers.common import FLOAT_DTYPES, canonical_scheme, float_values, round_to
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -84,7 +84,7 @@ def _unknown(name: str, refs: dict[str, PartRef], why: str, notes: list[str], sh
              ) -> CheckpointTensor:
     notes.append(f"{name}: {why}")
     first = next(iter(refs.values()))
-    return CheckpointTensor(name, UNKNOWN, None, shape, first.file, refs, "", {}, why)
+    return CheckpointTensor(name, UNKNOWN, None, shape, first.file, refs, None, {}, why)
 
 
 def _scale_option(stored_dtype: str) -> str:
@@ -167,7 +167,7 @@ def build_gptq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: 
     scheme = (f"int{bits}:{gran}:range=full" if sym else asym) + _scale_option(sc.stored_dtype)
     return CheckpointTensor(name, f"gptq:{version}", None if desc_act else canonical_scheme(scheme), (out, inputs),
                             qw.file, refs,
-                            "gptq", details)
+                            decode_gptq, details)
 
 
 def gptq_codes(t: CheckpointTensor, version: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -248,7 +248,7 @@ def build_awq(name: str, refs: dict[str, PartRef], cfg: dict[str, Any], notes: l
     gran = "row" if n_groups == 1 else f"g{group}"
     return CheckpointTensor(name, "awq:gemm", canonical_scheme(f"uint4:{gran}" + _scale_option(sc.stored_dtype)),
                             (out, inputs),
-                            qw.file, refs, "awq", details)
+                            qw.file, refs, decode_awq, details)
 
 
 def awq_codes(t: CheckpointTensor, order: tuple[int, ...] | None = AWQ_ORDER, zero_order: tuple[int, ...] | None
@@ -297,7 +297,8 @@ def build_pack_quantized(name: str, refs: dict[str, PartRef], args: dict[str, An
         bits = candidates[0]
     if bits not in candidates:
         return _unknown(name, refs, f"weight_packed {list(wp.shape)} does not hold {cols} codes of {bits} bits", notes)
-    return _ct_int_tensor(name, refs, rows, cols, bits, "compressed-tensors:pack-quantized", "pack_quantized", notes)
+    return _ct_int_tensor(name, refs, rows, cols, bits, "compressed-tensors:pack-quantized", decode_pack_quantized,
+                          notes)
 
 
 def build_int_quantized(name: str, refs: dict[str, PartRef], notes: list[str]) -> CheckpointTensor:
@@ -306,11 +307,11 @@ def build_int_quantized(name: str, refs: dict[str, PartRef], notes: list[str]) -
     w, ws = refs["weight"], refs.get("weight_scale")
     if ws is None or w.stored_dtype != "I8" or len(w.shape) != 2 or ws.stored_dtype not in FLOAT_DTYPES:
         return _unknown(name, refs, "int-quantized parts are not a 2-D int8 weight with a float weight_scale", notes)
-    return _ct_int_tensor(name, refs, w.shape[0], w.shape[1], 8, "compressed-tensors:int-quantized", "pack_quantized",
-                          notes)
+    return _ct_int_tensor(name, refs, w.shape[0], w.shape[1], 8, "compressed-tensors:int-quantized",
+                          decode_pack_quantized, notes)
 
 
-def _ct_int_tensor(name: str, refs: dict[str, PartRef], rows: int, cols: int, bits: int, layout: str, decoder: str,
+def _ct_int_tensor(name: str, refs: dict[str, PartRef], rows: int, cols: int, bits: int, layout: str, decoder: Decoder,
                    notes: list[str]) -> CheckpointTensor:
     """The strategy (tensor, channel, group) from weight_scale's shape, and the tensor."""
     ws = refs["weight_scale"]
