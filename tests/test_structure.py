@@ -1,4 +1,4 @@
-"""The package structure: no import circle between the modules of one package.
+"""The package structure: no import circle between the modules of one package, and no module over 600 lines.
 
 Every package under src/precisionlab (the top-level one included) is a graph: its nodes are the
 modules directly in it (`__init__` among them), and A -> B where A's source imports B anywhere: at
@@ -193,3 +193,14 @@ def test_the_checker_finds_circles_through_functions_type_checking_and_relative_
     assert edges["precisionlab.pkg.d"] == {"precisionlab.pkg", "precisionlab.pkg.sub"}
     assert circles(graph("precisionlab.pkg.sub", known)) == [["precisionlab.pkg.sub.e", "precisionlab.pkg.sub.g"]]
     assert not circles(graph("precisionlab", known))
+
+
+# --------------------------------------------------------------------------- one job per module
+MAX_LINES = 600
+"""A module longer than this does several jobs (issue: modules with one job each): split it by job."""
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_no_module_is_longer_than_the_limit(name: str) -> None:
+    lines = len(KNOWN[name].read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{KNOWN[name].relative_to(SRC)}: {lines} lines (at most {MAX_LINES}): split it by job"
