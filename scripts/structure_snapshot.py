@@ -127,6 +127,8 @@ def mask_document(lab: str, doc: dict[str, Any]) -> dict[str, Any]:
         figure = dict(figure)
         if (lab, figure.get("key")) in TIMED_FIGURES:
             figure["series"] = [{**s, "x": TIMED, "y": TIMED} for s in figure.get("series", [])]
+            # reference lines drawn at measured values (the copy ceiling): their place and label are timings too
+            figure["hlines"] = [TIMED for _ in figure.get("hlines", [])]
         figures.append(figure)
     doc["figures"] = figures
     return doc
