@@ -45,8 +45,10 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
         max_drop: float = 1.0, size: float = 1.0, include: Sequence[str] = (), exclude: Sequence[str] | None = None,
         seed: int = 0, cache: bool = True, cache_dir: Path | None = None, n_resamples: int = 10_000,
         dtype: str = "float32", command: str | None = None, progress: Any = None, loaded: Any = None,
-        examples_dir: Path | None = None) -> LabResult:
+        examples_dir: Path | None = None, extra: Sequence[Any] = ()) -> LabResult:
     """Evaluate `model` under each scheme on each task (see the module docstring).
+
+    `extra`: prepared candidates evaluated after the schemes (a saved result: export.candidate).
 
     `loaded` (a models.LoadedModel) skips loading; `examples_dir` also receives the per-example
     JSONL files (eval_<task>_examples.jsonl) and the per-layer records (eval_layers.jsonl)."""
@@ -55,7 +57,7 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
     from precisionlab.eval.tasks import resolve_tasks
     from precisionlab.models import load_model
 
-    candidates = parse_candidates(list(schemes))
+    candidates = [*parse_candidates(list(schemes)), *extra] if schemes else list(extra)
     runner.check_max_drop(max_drop)  # a bad threshold fails before any loading
     loaded = loaded or load_model(model, dtype=dtype)
     specs = resolve_tasks(list(tasks), loaded.kind, size=size, seed=seed)
