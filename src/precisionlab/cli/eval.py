@@ -60,7 +60,8 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
 @click.option("--findings", "show_findings", is_flag=True,
               help="Also print every finding (key and value) after the tables; --json and --out always hold them.")
 @lab_output_options
-def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], step: int | None, tasks: tuple[str, ...], max_drop: float, size: float,
+def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], step: int | None,
+            tasks: tuple[str, ...], max_drop: float, size: float,
             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
             threads: int | None, speed: bool, show_findings: bool, as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""

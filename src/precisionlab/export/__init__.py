@@ -6,9 +6,9 @@ verified by reading the file back with the ecosystem's own readers (docs/export.
     result = export_model(loaded, recipe, "gguf", "model-q4_0.gguf")
     result.verification.ok, result.findings()
 
-Modules: results (--from readers), candidate (a saved result as an eval candidate), plan (installing the evaluated weights), gguf / compressed (the two
-formats), verify (loading back), run (the whole export, whole or nothing). torch, transformers, gguf and
-compressed-tensors are imported lazily.
+Modules: results (--from readers), candidate (a saved result as an eval candidate), plan (installing the
+evaluated weights), gguf / compressed (the two formats), verify (loading back), run (the whole export, whole
+or nothing). torch, transformers, gguf and compressed-tensors are imported lazily.
 """
 
 from precisionlab.export.candidate import recipe_candidate, result_candidate
