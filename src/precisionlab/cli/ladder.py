@@ -102,7 +102,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 
     check_calibration(calibration_data(BUILTIN), task_names, option="the ladder's calibration data")
     if threads is not None:
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         peers.torch().set_num_threads(threads)
     log_path = out_dir / STEPS_NAME if out_dir is not None else None

@@ -39,11 +39,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from precisionlab import peers
 from precisionlab.eval import scoring, stats
 from precisionlab.eval.candidates import LLAMACPP, Candidate
 from precisionlab.eval.reference import load_reference, ragged, reference_key, save_reference, unragged
 from precisionlab.eval.tasks import TaskSpec
-from precisionlab.models import peers
 
 PPL_MAX_TOKENS = 512
 """Tokens scored per perplexity document (the built-in documents have about 250)."""

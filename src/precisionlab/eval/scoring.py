@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.models import peers
+from precisionlab import peers
 
 KL_TOP_K = 1024
 """Reference log-probabilities kept per token for the KL (see the module docstring). On SmolLM2 the

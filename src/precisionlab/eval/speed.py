@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from precisionlab.models import kernels, peers
+from precisionlab import peers
+from precisionlab.models import kernels
 from precisionlab.results import Part, Scalar, Table
 
 PROMPT_TOKENS = 128

@@ -397,7 +397,7 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
     if threads is None:
         yield
         return
-    from precisionlab.models import peers
+    from precisionlab import peers
 
     torch = peers.torch()
     before = torch.get_num_threads()

@@ -160,8 +160,9 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
     """Decode-step profile of the reference and of the block linears on the fused int4 kernel, alternated
     `rounds` times: the linears' share of a step, and the step speedup beside Amdahl's prediction from the
     measured speedup of the block linears alone."""
+    from precisionlab import peers
     from precisionlab.eval.speed import prompt_ids
-    from precisionlab.models import kernels, peers, profiling
+    from precisionlab.models import kernels, profiling
     from precisionlab.models.weights import linear_layers
 
     torch = peers.torch()
