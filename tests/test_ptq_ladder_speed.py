@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from precisionlab.labs.ladder import ladder_lab  # noqa: E402
-from precisionlab.ptq.ladder import Step, run_ladder  # noqa: E402
-from tests.test_ptq_ladder import Stub  # noqa: E402
+from precisionlab.labs.ladder import ladder_lab
+from precisionlab.ptq.ladder import Step, run_ladder
+from tests.test_ptq_ladder import Stub
 
 KERNEL8 = "int8:row:scale=bf16"
 STEPS = [Step("per-channel", KERNEL8), Step("keep-sensitive", KERNEL8, keep_sensitive=True),
