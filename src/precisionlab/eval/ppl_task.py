@@ -8,6 +8,7 @@ scores each document in one forward, cut to Limits.ppl_max_tokens and the model'
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
 from collections.abc import Callable
@@ -62,18 +63,14 @@ def reference_arrays(lm: scoring.CausalLM, spec: Any, limits: Any, advance: scor
 
 def calibration_counts(lm: scoring.CausalLM) -> np.ndarray:
     """Token counts of the built-in calibration part under the model's tokenizer (once per tokenizer)."""
-    try:
+    with contextlib.suppress(KeyError, TypeError):
         return _COUNTS[lm.tokenizer]
-    except (KeyError, TypeError):
-        pass
     from precisionlab.eval import data
 
     texts = [doc.text for doc in data.builtin_split().calibration]
-    counts = damage.token_counts(lm.encode, texts, scoring._vocab(lm))
-    try:
+    counts = damage.token_counts(lm.encode, texts, scoring.vocab_size(lm))
+    with contextlib.suppress(TypeError):  # a tokenizer that cannot be weakly referenced is counted every time
         _COUNTS[lm.tokenizer] = counts
-    except TypeError:
-        pass
     return counts
 
 

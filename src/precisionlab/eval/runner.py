@@ -253,7 +253,8 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
     model_info = {"name": loaded.name, "kind": loaded.kind, "source": loaded.source, "form": loaded.form,
                   "fingerprint": loaded.fingerprint, "dtype": loaded.dtype, "parameters": loaded.parameters,
                   "bytes": loaded.nbytes, "grid_note": loaded.grid_note, "source_types": dict(loaded.source_types),
-                  "load_seconds": loaded.load_seconds, "loaded_from_cache": loaded.from_cache}
+                  "load_seconds": loaded.load_seconds, "loaded_from_cache": loaded.from_cache,
+                  "max_length": loaded.max_length}
     return EvalRun(model_info, candidate_runs, runs, float(max_drop), settings, time.perf_counter() - start)
 
 

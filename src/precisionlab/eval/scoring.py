@@ -253,7 +253,7 @@ def score_ppl(lm: CausalLM, sequences: Sequence[Sequence[int]], reference: dict[
     """Score every sequence (in the pieces of `ppl_windows(lengths, window, stride)`); without a reference, also
     return the reference's top-K arrays. advance(n): n more documents have all their pieces scored."""
     torch = peers.torch()
-    vocab = _vocab(lm)
+    vocab = vocab_size(lm)
     if reference is None:
         top_k = min(top_k, vocab)
     acc = _Accumulator(sequences, reference, top_k, vocab)
@@ -319,7 +319,7 @@ def _score_rows(torch: Any, acc: _Accumulator, reference: dict[str, np.ndarray] 
     acc.token["kl"][span] = per_token.numpy()
 
 
-def _vocab(lm: CausalLM) -> int:
+def vocab_size(lm: CausalLM) -> int:
     return int(lm.model.get_output_embeddings().weight.shape[0])
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 DECILES = 10
-FREQUENCY_NAMES = tuple(f"f{10 * k}_{10 * (k + 1)}pct" for k in range(DECILES)) + ("unseen",)
+FREQUENCY_NAMES = (*(f"f{10 * k}_{10 * (k + 1)}pct" for k in range(DECILES)), "unseen")
 RARE_BUCKETS = ("f90_100pct", "unseen")
 """The rare-token buckets the divergence check looks at."""
 
