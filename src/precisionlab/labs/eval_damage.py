@@ -28,20 +28,26 @@ def damage_parts(evaluation: Any, task: Any, findings: dict[str, Scalar]) -> tup
     outcomes = [o for o in task.outcomes if o.damage is not None]
     if not outcomes:
         return [], []
+    window_note = ""
     if task.spec.window is not None:
         from precisionlab.eval.ppl_task import window_of
 
         context = int(evaluation.model.get("max_length", task.spec.window))
         window, stride = window_of(task.spec, context)
+        assert window is not None and stride is not None
         findings.update({f"eval.{task.name}.window": window, f"eval.{task.name}.stride": stride,
                          f"eval.{task.name}.model_context": context})
-    tables = [_buckets_table(task, outcomes, "by_frequency", findings), _buckets_table(task, outcomes, "by_position",
-                                                                                       findings),
+        window_note = (f"Scored in sliding windows of {window} tokens with a stride of {stride} (at most "
+                       f"{task.spec.window} tokens, within the model's context of {context}): every token scored "
+                       f"once, those after the first window with at least {window - stride} tokens of context. ")
+    tables = [_buckets_table(task, outcomes, "by_frequency", findings),
+              _buckets_table(task, outcomes, "by_position", findings, window_note),
               _concentration_table(evaluation, task, outcomes, findings), _worst_table(task, outcomes)]
     return tables, [_position_figure(task, outcomes), _concentration_figure(task, outcomes)]
 
 
-def _buckets_table(task: Any, outcomes: list[Any], kind: str, findings: dict[str, Scalar]) -> Table:
+def _buckets_table(task: Any, outcomes: list[Any], kind: str, findings: dict[str, Scalar],
+                   window_note: str = "") -> Table:
     rows: list[list[Scalar]] = []
     for outcome in outcomes:
         key = f"eval.{task.name}.{outcome.candidate}.{kind}"
@@ -66,12 +72,7 @@ def _buckets_table(task: Any, outcomes: list[Any], kind: str, findings: dict[str
         title = f"{task.name}: damage by position"
         note = ("Tokens bucketed by their index in the window the model saw (the prefix token is 0): how much context "
                 "each prediction had. ")
-        if task.spec.window is not None:
-            window, stride = findings[f"eval.{task.name}.window"], findings[f"eval.{task.name}.stride"]
-            note += (f"Scored in sliding windows of {window} tokens with a stride of {stride} (at most "
-                     f"{task.spec.window} tokens, within the model's context of "
-                     f"{findings[f'eval.{task.name}.model_context']}): every token scored once, those after the first "
-                     f"window with at least {int(window) - int(stride)} tokens of context. ")
+        note += window_note
     note += ("KL = KL(reference || candidate) per token, NLL increase = candidate's minus reference's NLL per token "
              "(nats), damage share = the bucket's share of the total KL. Weighted by their token shares the buckets "
              "add up to the overall KL and NLL increase. A bucket without tokens is left out.")
