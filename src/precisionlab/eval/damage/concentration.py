@@ -31,8 +31,9 @@ class Concentration:
     """(fraction of the tokens, worst first; their share of the total KL) at CURVE_FRACTIONS."""
 
 
-def top_share(values: np.ndarray, fraction: float) -> float:
-    """Share of sum(values) held by the ceil(fraction * n) largest values (see the module)."""
+def top_share(values: np.ndarray, fraction: float, presorted: bool = False) -> float:
+    """Share of sum(values) held by the ceil(fraction * n) largest values (see the module); presorted: the values
+    are already in descending order."""
     v = np.asarray(values, dtype=np.float64)
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
@@ -40,7 +41,7 @@ def top_share(values: np.ndarray, fraction: float) -> float:
     if v.size == 0 or not total > 0:
         return math.nan
     k = math.ceil(fraction * v.size - 1e-9)
-    return float(np.sort(v)[::-1][:k].sum()) / total
+    return float((v if presorted else np.sort(v)[::-1])[:k].sum()) / total
 
 
 def gini(values: np.ndarray) -> float:
@@ -57,6 +58,7 @@ def gini(values: np.ndarray) -> float:
 
 
 def concentration(token_kl: np.ndarray, document_kl: np.ndarray) -> Concentration:
-    curve = tuple((f, top_share(token_kl, f)) for f in CURVE_FRACTIONS)
-    return Concentration(top_share(token_kl, 0.01), top_share(token_kl, 0.05), top_share(document_kl, 0.01),
-                         top_share(document_kl, 0.05), gini(token_kl), curve)
+    ordered = np.sort(np.asarray(token_kl, dtype=np.float64))[::-1]  # sorted once: top_share of sorted values
+    curve = tuple((f, top_share(ordered, f, presorted=True)) for f in CURVE_FRACTIONS)
+    return Concentration(top_share(ordered, 0.01, presorted=True), top_share(ordered, 0.05, presorted=True),
+                         top_share(document_kl, 0.01), top_share(document_kl, 0.05), gini(ordered[::-1]), curve)
