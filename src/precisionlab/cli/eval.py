@@ -31,9 +31,9 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
                    "JSON (with --step). With --from and no --schemes, only the saved results are evaluated.")
 @click.option("--step", type=int, default=None, help="With --from a ladder result: the step to evaluate.")
 @click.option("--tasks", "-t", multiple=True,
-              help="Built-in tasks (ppl, choice, generate for causal LMs; retrieval for encoders) and paths to "
-                   "user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval for "
-                   "an encoder).")
+              help="Built-in tasks (ppl, longppl, choice, generate for causal LMs; retrieval for encoders) and "
+                   "paths to user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval "
+                   "for an encoder).")
 @click.option("--max-drop", type=float, default=1.0, show_default=True,
               help="Threshold declared before the run: percentage points for accuracy-like metrics, percent "
                    "increase for perplexity.")
