@@ -151,3 +151,10 @@ def test_long_documents_come_from_the_evaluation_part_only() -> None:
         assert all(b not in calibration for b in inside if len(b) > 200)
     with pytest.raises(ValueError, match="holds only 7 long documents"):
         long_documents(split, 8)
+
+
+def test_longppl_larger_than_the_text_fails_before_the_model_loads(run_cli) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("eval", "--model", "no-such-model", "--tasks", "ppl,longppl", "--size", "2")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1] == \
+        "error: the built-in data holds only 7 long documents, 8 were asked for"

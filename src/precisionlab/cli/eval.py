@@ -84,7 +84,7 @@ def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], s
     check_resamples(resamples)
     task_sizes(size)
     task_names = split_commas(tasks)
-    check_task_names(task_names)
+    check_task_names(task_names, size)
     include = tuple(nonblank(include))
     exclude = tuple(nonblank(exclude))
     excluded: list[str] | None = None

@@ -85,10 +85,13 @@ def builtin_task(name: str, size: float = 1.0, seed: int = 0) -> TaskSpec:
     return TaskSpec(name, name, tuple(items), "builtin")
 
 
-def check_task_names(names: Sequence[str]) -> None:
-    """Read every user task file now (a bad line is a one-line ValueError before any model loads)."""
+def check_task_names(names: Sequence[str], size: float = 1.0) -> None:
+    """Read every user task file now (a bad line is a one-line ValueError before any model loads), and build
+    longppl's documents at `size` (more than the built-in text holds is a ValueError, before loading too)."""
     for name in names:
         name = name.strip()
+        if name == "longppl":
+            builtin_task(name, size)
         if name and name not in BUILTIN_TASKS:
             path = Path(name).expanduser()
             if not path.is_file():
