@@ -158,3 +158,32 @@ def test_longppl_larger_than_the_text_fails_before_the_model_loads(run_cli) -> N
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines()[-1] == \
         "error: the built-in data holds only 7 long documents, 8 were asked for"
+
+
+def test_divergence_findings_of_a_constructed_run() -> None:
+    """The flag as the report writes it, on a run built by hand: perplexity passes on ppl for both candidates;
+    cand-a's rare bucket fails there, cand-b's choice task fails."""
+    from types import SimpleNamespace as NS
+
+    from precisionlab.labs.eval_damage import divergence_findings
+
+    def outcome(label: str, verdict: str, failing: list[str] | None) -> NS:
+        damage_part = None if failing is None else NS(failing_buckets=failing)
+        return NS(candidate=label, comparisons={"m": NS(verdict=verdict)}, damage=damage_part)
+
+    def task(name: str, kind: str, outcomes: list[NS]) -> NS:
+        by = {o.candidate: o for o in outcomes}
+        return NS(name=name, kind=kind, primary="m", outcome=by.__getitem__)
+
+    run = NS(candidates=[NS(label="cand-a"), NS(label="cand-b")],
+             tasks=[task("ppl", "ppl", [outcome("cand-a", "pass", ["f90_100pct"]), outcome("cand-b", "pass", [])]),
+                    task("choice", "choice", [outcome("cand-a", "inconclusive", None),
+                                              outcome("cand-b", "fail", None)])])
+    findings: dict = {}
+    divergence_findings(run, findings)
+    assert findings["eval.ppl.cand-a.divergence"] is True
+    assert "f90_100pct" in findings["eval.ppl.cand-a.divergence_reason"]
+    assert findings["eval.choice.cand-a.divergence"] is False
+    assert findings["eval.ppl.cand-b.divergence"] is True
+    assert "choice fails" in findings["eval.ppl.cand-b.divergence_reason"]
+    assert findings["eval.choice.cand-b.divergence"] is True
