@@ -115,6 +115,27 @@ def test_sliding_window_scores_equal_hand_made_forwards(tiny: Path) -> None:
     np.testing.assert_allclose(self_kl.token["kl"], 0.0, atol=1e-6)
 
 
+def test_frequencies_are_counted_on_the_calibration_part_only(tiny: Path) -> None:
+    from precisionlab.eval import data, ppl_task, scoring
+    from precisionlab.models import load_model
+
+    loaded = load_model(str(tiny))
+    seen: list[str] = []
+
+    class Watching(scoring.CausalLM):
+        def encode(self, text: str) -> list[int]:
+            seen.append(text)
+            return super().encode(text)
+
+    lm = Watching(loaded.model, loaded.tokenizer, loaded.max_length)
+    counts = ppl_task.calibration_counts(lm)
+    split = data.builtin_split()
+    assert seen == [doc.text for doc in split.calibration]  # every calibration topic, nothing else
+    assert not {doc.text for doc in split.evaluation} & set(seen)
+    assert int(counts.sum()) == sum(len(loaded.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in seen)
+    assert ppl_task.calibration_counts(lm) is counts  # once per tokenizer
+
+
 @pytest.mark.slow
 def test_long_context_on_smollm2_two_blocks() -> None:
     """The long-context task at its documented window (4096 tokens, stride 2048, SmolLM2's context 8192) on two
