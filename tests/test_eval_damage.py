@@ -187,3 +187,13 @@ def test_divergence_findings_of_a_constructed_run() -> None:
     assert findings["eval.ppl.cand-b.divergence"] is True
     assert "choice fails" in findings["eval.ppl.cand-b.divergence_reason"]
     assert findings["eval.choice.cand-b.divergence"] is True
+
+
+def test_choice_margin_drops_by_hand() -> None:
+    from precisionlab.eval.damage.worst import choice_margin_drops, worst_indices
+
+    # gold 0: reference margin -1 - (-3) = 2; candidate -2 - (-1.5) = -0.5 (it now picks choice 2): drop 2.5
+    # gold 1: reference margin -0.5 - (-2) = 1.5; candidate -0.5 - (-2.5) = 2: drop -0.5 (surer of the gold)
+    drops = choice_margin_drops([[-1.0, -3.0, -4.0], [-2.0, -0.5]], [[-2.0, -3.0, -1.5], [-2.5, -0.5]], [0, 1])
+    assert drops.tolist() == [2.5, -0.5]
+    assert worst_indices(np.array([0.1, 0.5, 0.5, -1.0]), 3).tolist() == [1, 2, 0]  # ties: the earlier first

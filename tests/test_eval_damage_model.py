@@ -44,11 +44,19 @@ def weighted(findings: dict[str, Any], prefix: str, field: str) -> float:
 
 def test_eval_json_has_the_breakdowns_and_they_add_up(run_cli, tiny: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
+    prompts = tmp_path / "gen.jsonl"  # short prompts: the tiny model's context is 128 tokens
+    prompts.write_text("".join(json.dumps({"prompt": f"Item {k}: the value is"}) + "\n" for k in range(6)))
     result = run_cli("eval", "--model", str(tiny), "--schemes", "int4:g32,none+kv=int4:g32", "--tasks",
-                     "ppl,longppl", "--size", "0.25", "--no-cache", "--resamples", "200", "--json", "--out", str(out))
+                     f"ppl,longppl,choice,{prompts}", "--size", "0.25", "--no-cache", "--resamples", "200", "--json",
+                     "--out", str(out))
     assert result.exit_code == 0, result.output
     findings = json.loads(result.stdout)["findings"]
     sections = [s["key"] for s in json.loads(result.stdout)["sections"]]
+    tables = {s["key"]: s for s in json.loads(result.stdout)["sections"]}
+    for task in ("choice", "gen"):  # their worst examples, five per candidate
+        assert [r[0] for r in tables[f"{task}_worst"]["rows"]] == ["int4:g32"] * 5 + ["none+kv=int4:g32"] * 5
+        assert isinstance(findings[f"eval.{task}.int4:g32.divergence"], bool)
+    assert "verdicts" in sections
     for task in ("ppl", "longppl"):
         parts = {f"{task}_by_frequency", f"{task}_by_position", f"{task}_concentration", f"{task}_worst"}
         assert parts <= set(sections)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from precisionlab.results import Figure, Scalar, Series, Table
 
 BUCKET_COLUMNS = ["scheme", "bucket", "tokens", "token share %", "KL nats/token", "NLL increase nats/token",
@@ -24,7 +26,10 @@ BUCKET_FORMATS = {"token share %": ".3g", "KL nats/token": ".3g", "NLL increase 
 
 
 def damage_parts(evaluation: Any, task: Any, findings: dict[str, Scalar]) -> tuple[list[Table], list[Figure]]:
-    """The tables and figures of one task's breakdowns (none for a task without them), writing their findings."""
+    """The tables and figures of one task's breakdowns (a choice or generation task: its worst examples), writing
+    their findings."""
+    if task.kind in ("choice", "generate") and task.outcomes:
+        return [_worst_examples_table(task)], []
     outcomes = [o for o in task.outcomes if o.damage is not None]
     if not outcomes:
         return [], []
@@ -126,6 +131,51 @@ def _worst_table(task: Any, outcomes: list[Any]) -> Table:
             "their probabilities. Every document's worst three are in eval_<task>_examples.jsonl (worst_tokens).")
     return Table(key=f"{task.name}_worst", title=f"{task.name}: the worst examples", columns=columns, rows=rows,
                  note=note, formats={"KL nats": ".3g", "NLL increase nats": ".3g"})
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"...{text[-(limit - 3):]}"
+
+
+def _head(text: str, limit: int = 24) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else f"{text[: limit - 3]}...")
+
+
+def _worst_examples_table(task: Any) -> Table:
+    """A choice task's examples ranked by how far each candidate moved from the gold choice; a generation task's by
+    the share of the output that still agrees with the reference's."""
+    from precisionlab.eval.damage.worst import WORST_EXAMPLES, choice_margin_drops, worst_indices
+
+    items = task.spec.items
+    rows: list[list[Scalar]] = []
+    if task.kind == "choice":
+        columns = ["scheme", "rank", "example", "context", "gold", "reference pick", "candidate pick",
+                   "gold margin drop nats"]
+        golds = [item.gold for item in items]
+        for outcome in task.outcomes:
+            cand = outcome.per_example["loglik"]
+            drops = choice_margin_drops(task.reference_examples["loglik"], cand, golds)
+            for rank, i in enumerate(worst_indices(drops, WORST_EXAMPLES), start=1):
+                item, ref = items[i], task.reference_examples["loglik"][i]
+                rows.append([outcome.candidate, rank, item.id, _short(item.context, 40), _head(item.choices[item.gold]),
+                             _head(item.choices[int(np.argmax(ref))]), _head(item.choices[int(np.argmax(cand[i]))]),
+                             float(drops[i])])
+        note = ("Per candidate, the examples whose gold choice lost the most: gold margin = log-likelihood of the gold "
+                "choice minus the best other choice's; the drop is the reference's margin minus the candidate's "
+                "(nats; the candidate picks a wrong choice once its margin is below 0).")
+    else:
+        columns = ["scheme", "rank", "example", "prompt", "token agreement %", "same as reference"]
+        for outcome in task.outcomes:
+            agreement = [float(a) for a in outcome.per_example["token_agreement"]]
+            for rank, i in enumerate(worst_indices(-np.asarray(agreement), WORST_EXAMPLES), start=1):
+                rows.append([outcome.candidate, rank, items[i].id, _short(items[i].prompt), 100 * agreement[i],
+                             bool(outcome.per_example["same_as_reference"][i])])
+        note = ("Per candidate, the prompts whose greedy output left the reference's soonest: token agreement = tokens "
+                "before the first difference over the longer output.")
+    return Table(key=f"{task.name}_worst", title=f"{task.name}: the worst examples", columns=columns, rows=rows,
+                 note=note, formats={"gold margin drop nats": ".3g", "token agreement %": ".3g"})
 
 
 def _middle(name: str) -> float:

@@ -77,3 +77,20 @@ class TokenView:
             lo, hi = int(offsets[d]), int(offsets[d + 1])
             out.append([self.describe(lo + int(t)).to_dict() for t in worst_indices(self.kl[lo:hi], n)])
         return out
+
+
+WORST_EXAMPLES = 5
+"""Worst examples of a choice or generation task shown per candidate."""
+
+
+def choice_margin_drops(reference: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
+                        gold: Sequence[int]) -> np.ndarray:
+    """Per multiple-choice example, how far the candidate moved away from the gold choice: the reference's
+    margin minus the candidate's, a margin being loglik[gold] - max(loglik of the other choices) (nats; positive:
+    the candidate is less sure of the gold, a margin below 0 picks a wrong choice)."""
+    def margin(ll: Sequence[float], g: int) -> float:
+        others = [v for i, v in enumerate(ll) if i != g]
+        return float(ll[g]) - max(others)
+
+    return np.asarray([margin(r, g) - margin(c, g) for r, c, g in zip(reference, candidate, gold, strict=True)],
+                      dtype=np.float64)
