@@ -1,6 +1,7 @@
 """The eval lab's "where the damage lands" part: per perplexity task, the frequency and position breakdowns,
-the concentration of the damage and the worst examples of each candidate; for every task, the divergence flag;
-and one verdict table across all tasks (generic, product-like, adversarial files side by side).
+the concentration of the damage and the worst tokens of each candidate; per choice or generation task, its worst
+examples; for every task, the divergence flag; and one verdict table across all tasks (generic, product-like,
+adversarial files side by side). docs/damage.md documents every rule.
 
 Findings (stable keys, <bucket> as eval.damage names it):
 
@@ -8,6 +9,7 @@ Findings (stable keys, <bucket> as eval.damage names it):
     eval.<task>.<scheme>.by_position.<bucket>.(the same) | .ppl | .reference_ppl
     eval.<task>.<scheme>.concentration.top1_tokens | .top5_tokens | .top1_documents | .top5_documents | .gini
     eval.<task>.<scheme>.divergence (bool) and .divergence_reason (text, "" when false)
+    eval.<task>.window | .stride | .model_context   (a task scored in sliding windows)
 """
 
 from __future__ import annotations
