@@ -14,7 +14,10 @@ with q_rest the candidate's probability of every token outside the reference's t
 coarsened to K tokens plus one "other" bucket: a lower bound of the full-vocabulary KL
 (chain rule: the full KL adds p_rest times the KL of the two tails), which keeps the cached
 reference at K values per token instead of the whole vocabulary. Top-1 agreement: the
-candidate's argmax equals the reference's.
+candidate's argmax equals the reference's. A document longer than a scoring window is scored in
+sliding windows (`ppl_windows`): every token once, with at least window - stride tokens of
+context after the first window. Beside the per-document sums, every scored token keeps its
+position, target, NLL and KL (`PplScores.token`, for eval.damage).
 
 Multiple choice, scored as lm-evaluation-harness does (`TemplateLM._encode_pair`,
 `loglikelihood`): trailing whitespace of the context moves to the continuation, context and
