@@ -31,9 +31,9 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
                    "JSON (with --step). With --from and no --schemes, only the saved results are evaluated.")
 @click.option("--step", type=int, default=None, help="With --from a ladder result: the step to evaluate.")
 @click.option("--tasks", "-t", multiple=True,
-              help="Built-in tasks (ppl, choice, generate for causal LMs; retrieval for encoders) and paths to "
-                   "user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval for "
-                   "an encoder).")
+              help="Built-in tasks (ppl, longppl, choice, generate for causal LMs; retrieval for encoders) and "
+                   "paths to user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval "
+                   "for an encoder).")
 @click.option("--max-drop", type=float, default=1.0, show_default=True,
               help="Threshold declared before the run: percentage points for accuracy-like metrics, percent "
                    "increase for perplexity.")
@@ -84,7 +84,7 @@ def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], s
     check_resamples(resamples)
     task_sizes(size)
     task_names = split_commas(tasks)
-    check_task_names(task_names)
+    check_task_names(task_names, size)
     include = tuple(nonblank(include))
     exclude = tuple(nonblank(exclude))
     excluded: list[str] | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab.labs import Lab
+from precisionlab.labs.eval_damage import damage_parts, divergence_findings, verdict_table
 from precisionlab.peers import TORCH_INSTALL, optional_import
 from precisionlab.results import INTERVAL_STYLE, Figure, LabResult, Scalar, Series, Table
 
@@ -83,9 +84,15 @@ def result_from_run(evaluation: Any, params: dict[str, Scalar], suffix: str = ""
     figures: list[Figure] = []
     findings: dict[str, Scalar] = {}
     by_label = {c.label: c for c in evaluation.candidates}
+    divergence_findings(evaluation, findings)
     for task in evaluation.tasks:
         sections.append(_task_table(evaluation, task, by_label, findings))
         figures.append(_task_figure(evaluation, task, by_label))
+        damage_tables, damage_figures = damage_parts(evaluation, task, findings)
+        sections += damage_tables
+        figures += damage_figures
+    if len(evaluation.tasks) > 1:
+        sections.append(verdict_table(evaluation))
     sections.append(_errors_table(evaluation, suffix))
     title = f"Task-level evaluation: {model['name']} ({model['kind']}, {model['parameters'] / 1e6:.0f}M parameters)"
     summary = _summary(evaluation)
