@@ -206,8 +206,10 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
 
 
 # --------------------------------------------------------------------------- the result
-COLUMNS = ["M", "variant", "activations", "ms", "median ms", "profiler ms", "conversion share", "weight MB", "GB/s",
-           "copy fraction", "GFLOP/s", "math", "FLOP fraction", "speedup vs fp32", "rel diff vs own grid"]
+COLUMNS = ["M", "variant", "activations / math", "ms", "median ms", "profiler ms", "conversion share", "weight MB",
+           "GB/s", "copy fraction", "GFLOP/s", "FLOP fraction", "speedup vs fp32", "rel diff vs own grid"]
+"""The layer tables' columns (a model's layers add `layer N×K` first). Activations and the math's precision share
+one column, and a layer's shape its name's, so that the table fits a 1280 px report without scrolling."""
 FORMATS = {"ms": ".4g", "median ms": ".4g", "profiler ms": ".4g", "conversion share": ".3f", "weight MB": ".4g",
            "GB/s": ".4g", "copy fraction": ".3f", "GFLOP/s": ".4g", "FLOP fraction": ".3f", "speedup vs fp32": ".3g",
            "rel diff vs own grid": ".2e"}
@@ -251,12 +253,12 @@ def _rows_part(key: str, title: str, rows: Sequence[Any], machine: Any, base: Ca
                 findings[f"{prefix}.fp32_activations_slowdown"] = r.ms / fast.ms
         else:
             findings.update({f"{base(r)}.{f}": values[f] for f in FINDING_FIELDS})
-        cells: list[Scalar] = [r.m, r.variant, r.activation, r.ms, r.median_ms, r.profiler_ms, r.conversion_share,
-                               r.weight_bytes / 1e6, values["gbps"], values["copy_fraction"], values["gflops"],
-                               MATH.get(shadow.get(r.variant, r.variant), "fp32"), values["flop_fraction"],
-                               values["speedup_vs_fp32"], r.rel_diff]
-        table_rows.append(([r.case, r.n, r.k] if with_layer else []) + cells)
-    columns = (["layer", "N", "K"] if with_layer else []) + COLUMNS
+        math_dtype = MATH.get(shadow.get(r.variant, r.variant), "fp32")
+        cells: list[Scalar] = [r.m, r.variant, f"{r.activation} / {math_dtype}", r.ms, r.median_ms, r.profiler_ms,
+                               r.conversion_share, r.weight_bytes / 1e6, values["gbps"], values["copy_fraction"],
+                               values["gflops"], values["flop_fraction"], values["speedup_vs_fp32"], r.rel_diff]
+        table_rows.append(([f"{r.case} {r.n}×{r.k}"] if with_layer else []) + cells)
+    columns = (["layer N×K"] if with_layer else []) + COLUMNS
     return Part([Table(key=key, title=title, columns=columns, rows=table_rows, note=note, formats=FORMATS)],
                 findings=findings)
 
