@@ -264,7 +264,8 @@ def _rows_part(key: str, title: str, rows: Sequence[Any], machine: Any, base: Ca
                                values["speedup_vs_fp32"], r.rel_diff]
         if with_layer:  # the widest table: its median and GFLOP/s are left to the single-layer table's note
             cells = [c for c, name in zip(cells, COLUMNS, strict=True) if name not in LAYER_TABLE_DROPS]
-        table_rows.append(([f"{r.case} {r.n}×{r.k}"] if with_layer else []) + cells)
+        head: list[Scalar] = [f"{r.case} {r.n}×{r.k}"] if with_layer else []
+        table_rows.append(head + cells)
     columns = (["layer N×K", *(c for c in COLUMNS if c not in LAYER_TABLE_DROPS)] if with_layer else COLUMNS)
     return Part([Table(key=key, title=title, columns=columns, rows=table_rows, note=note, formats=FORMATS)],
                 findings=findings)
