@@ -121,16 +121,17 @@ def _tops(pairs: Any) -> str:
 
 
 def _worst_table(task: Any, outcomes: list[Any]) -> Table:
-    columns = ["scheme", "rank", "document", "position", "token", "KL nats", "NLL increase nats", "reference top",
-               "candidate top"]
+    columns = ["scheme", "rank", "document", "position", "token", "KL nats", "NLL increase nats",
+               "top tokens: reference → candidate"]
     rows: list[list[Scalar]] = []
     for outcome in outcomes:
         for rank, w in enumerate(outcome.damage.worst, start=1):
             rows.append([outcome.candidate, rank, w.document, w.position, repr(w.target), w.kl, w.nll_increase,
-                         _tops(w.reference_top), _tops(w.candidate_top)])
+                         f"{_tops(w.reference_top)} → {_tops(w.candidate_top)}"])
     note = ("The tokens with the largest KL(reference || candidate), per candidate: the document, the token's "
             "position in its window, the token the text has there, and each model's three most likely tokens with "
-            "their probabilities. Every document's worst three are in eval_<task>_examples.jsonl (worst_tokens).")
+            "their probabilities (the reference's, then the candidate's: one cell, which wraps, so the table fits). "
+            "Every document's worst three are in eval_<task>_examples.jsonl (worst_tokens).")
     return Table(key=f"{task.name}_worst", title=f"{task.name}: the worst examples", columns=columns, rows=rows,
                  note=note, formats={"KL nats": ".3g", "NLL increase nats": ".3g"})
 
