@@ -48,6 +48,8 @@ class Point:
     model_bytes: int
     predicted_kl: float
     measured_kl: float = math.nan
+    capacity: int | None = None
+    """The byte capacity it was solved under (None: a uniform format)."""
     outcome: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Task -> difference, ci_low, ci_high, verdict, unit, metric, value (eval's primary comparison)."""
     seconds: float = 0.0
@@ -177,7 +179,7 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
         solution = solve(values, costs, cap)
         recipe = {layer: formats[j] for u, j in zip(units, solution.choice, strict=True) for layer in u.layers}
         return Point(label, b, recipe, solution.cost, 8 * solution.cost / elements, solution.cost + other,
-                     solution.value)
+                     solution.value, capacity=cap)
 
     t0 = time.perf_counter()
     chosen = point("recipe", budgets[0], capacities[0])
