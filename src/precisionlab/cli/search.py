@@ -6,7 +6,8 @@
         [--sensitivity direct|proxy] [--workers N | --scheduler ADDR] [--json] [--out DIR]
 
 With --out, DIR/recipe.json is the chosen recipe (what `export --from` reads) and DIR/recipe_frontier_<i>.json
-each frontier point's.
+each frontier point's; every direct sensitivity is saved to DIR/search-sensitivities.jsonl as it finishes, and the
+same command run again (after Ctrl-C, a crash, or a time limit) measures only the rest.
 """
 
 from __future__ import annotations
@@ -110,7 +111,12 @@ def COMMAND(model: str, formats: tuple[str, ...], budget: float, budget_unit: st
         with StepProgress() as progress:
             run = _run(model, chosen, budget, budget_unit, budgets[1:], task_names, max_drop, size, block_ids, fused,
                        embeddings, sensitivity, uniform_formats, calib_size, workers, client, seed, resamples,
-                       not no_cache, threads, progress, calib_docs)
+                       not no_cache, threads, progress, calib_docs, out_dir)
+    except KeyboardInterrupt:
+        kept = (f"; the measured sensitivities are kept in {out_dir}: run the same command again to resume"
+                if out_dir is not None else "; give --out DIR to keep measured sensitivities")
+        click.echo(f"interrupted{kept}", err=True)
+        click.get_current_context().exit(130)
     finally:
         if client is not None:
             client.close()
@@ -157,11 +163,13 @@ def _budgets(text: str | None) -> list[float]:
 def _run(model: str, formats: list[str], budget: float, budget_unit: str, frontier: list[float], task_names: list[str],
          max_drop: float, size: float, block_ids: list[int] | None, fused: tuple[str, ...], embeddings: bool,
          sensitivity: str, uniform: list[str] | None, calib_size: int, workers: int, client: Any, seed: int,
-         resamples: int, cache: bool, threads: int | None, progress: Any, calib_docs: Any) -> Any:
+         resamples: int, cache: bool, threads: int | None, progress: Any, calib_docs: Any,
+         out_dir: Path | None) -> Any:
     import warnings
 
     from precisionlab.cli.ptq import load_causal_lm, warning_lines
     from precisionlab.ptq import token_batches
+    from precisionlab.search.log import LOG_NAME
     from precisionlab.search.run import search
 
     loaded = load_causal_lm(model, "search", progress)
@@ -176,7 +184,8 @@ def _run(model: str, formats: list[str], budget: float, budget_unit: str, fronti
     return search(loaded, formats, budget, task_names, max_drop, calibration=calibration, budget_unit=budget_unit,
                   frontier=frontier, blocks=block_ids, fuse=fused, embeddings=embeddings, sensitivity=sensitivity,
                   uniform=uniform, workers=workers, client=client, model_spec=model, size=size, seed=seed,
-                  n_resamples=resamples, cache=cache, progress=progress)
+                  n_resamples=resamples, cache=cache, progress=progress,
+                  log_path=out_dir / LOG_NAME if out_dir is not None else None)
 
 
 def _command(model: str, formats: list[str], budget: float, unit: str, frontier: list[float], tasks: list[str],

@@ -63,7 +63,7 @@ def search_lab(run: Any, params: dict[str, Scalar]) -> LabResult:
     for key, value in run.rank_correlation.items():
         findings[f"search.proxy.spearman.{key}"] = value
     for key, value in run.timings.items():
-        if key.endswith("_seconds") or key.endswith("_per_task"):
+        if key.endswith("_seconds"):
             findings[f"search.seconds.{key.removesuffix('_seconds')}"] = value
     sections = [_points_table(run, task), _units_table(run), _proxy_table(run)]
     title = f"Per-layer format search under a byte budget: {run.model['name']}"

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from precisionlab.search.solver import InfeasibleBudget, solve
@@ -106,9 +107,11 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
            blocks: Sequence[int] | None = None, fuse: Sequence[str] = ("qkv",), embeddings: bool = False,
            sensitivity: str = "direct", uniform: Sequence[str] | None = None, workers: int = 1,
            scheduler: str | None = None, client: Any = None, model_spec: str | None = None, size: float = 1.0,
-           seed: int = 0, n_resamples: int = 10_000, cache: bool = True, progress: Any = None) -> SearchRun:
+           seed: int = 0, n_resamples: int = 10_000, cache: bool = True, progress: Any = None,
+           log_path: Path | None = None) -> SearchRun:
     """The whole search (module docstring). `model_spec` (the name or path the model loads from) is what
-    workers load; `uniform` (default: every format) are evaluated uniformly beside the recipe."""
+    workers load; `uniform` (default: every format) are evaluated uniformly beside the recipe; with `log_path`
+    each direct sensitivity is saved as it finishes and an earlier run's are taken from it (search.log)."""
     from precisionlab.eval.runner import check_max_drop, evaluate
     from precisionlab.eval.tasks import resolve_tasks
     from precisionlab.models import peers
@@ -159,16 +162,28 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
             progress.start("sensitivity (direct KL per unit and format)", n_jobs)
         torch = peers.torch()
         spec = worker_spec(model_spec, loaded.dtype, calibration, torch.get_num_threads()) if model_spec else None
+        log = _open_log(log_path, loaded, formats, units, calibration)
+        done = log.open() if log is not None else {}
+        if done and progress is not None:
+            progress.advance(len(done))
+            if note is not None:
+                note(f"resuming: {len(done)} sensitivities measured earlier, in {log_path}")
         t0 = time.perf_counter()
-        measured = direct_sensitivities(context, spec, units, formats, costs, workers, scheduler, client,
-                                        tick=(lambda _text: progress.advance(1)) if progress is not None else None)
+        try:
+            measured = direct_sensitivities(context, spec, units, formats, costs, workers, scheduler, client,
+                                            tick=(lambda _text: progress.advance(1)) if progress is not None else None,
+                                            done=done, record=log.append if log is not None else None)
+        finally:
+            if log is not None:
+                log.close()
         timings["direct_seconds"] = time.perf_counter() - t0
         direct = {k: v[0] for k, v in measured.items()}
         task_seconds = [v[1] for v in measured.values()]
-        timings["direct_seconds_per_task"] = sum(task_seconds) / len(task_seconds) if task_seconds else math.nan
+        timings["direct_task_seconds"] = sum(task_seconds) / len(task_seconds) if task_seconds else math.nan
+        timings["direct_tasks_seconds"] = sum(task_seconds)
         if progress is not None:
             progress.done(f"sensitivity: {len(direct)} (unit, format) pairs, {timings['direct_seconds']:.1f} s "
-                          f"({timings['direct_seconds_per_task']:.2f} s each)")
+                          f"({timings['direct_task_seconds']:.2f} s each)")
     chosen_values = direct if sensitivity == "direct" else proxy
     correlation = _correlations(units, formats, direct, proxy) if direct else {}
 
@@ -201,9 +216,15 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
     # evidence: measured KL and the paired evaluation
     t0 = time.perf_counter()
     everything = [chosen, *points, *uniforms.values()]
+    if progress is not None:
+        progress.start("measured KL of each point (the whole recipe at once)", len(everything))
     for p in everything:
         p.measured_kl = context.kl_of(p.recipe)
+        if progress is not None:
+            progress.advance(1)
     timings["measured_kl_seconds"] = time.perf_counter() - t0
+    if progress is not None:
+        progress.done(f"measured KL of {len(everything)} points ({timings['measured_kl_seconds']:.1f} s)")
     candidates, label_of = [], {}
     for p in everything:
         key = tuple(sorted(p.recipe.items()))
@@ -242,6 +263,23 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
                 "workers": workers, "scheduler": scheduler, "other_bytes": other, "elements": elements}
     return SearchRun(model_info, formats, units, costs, chosen_values, direct, proxy, correlation, chosen, points,
                      uniforms, settings, timings, evaluation)
+
+
+def _open_log(path: Path | None, loaded: Any, formats: Sequence[str], units: Sequence[Unit],
+              calibration: Sequence[Any]) -> Any:
+    if path is None:
+        return None
+    import hashlib
+
+    from precisionlab.search.log import SensitivityLog
+
+    digest = hashlib.sha256()
+    for batch in calibration:
+        digest.update(str(batch.reshape(-1).tolist()).encode())
+    identity = {"model": loaded.fingerprint, "dtype": loaded.dtype, "formats": list(formats),
+                "units": [[u.name, list(u.layers)] for u in units], "calibration": digest.hexdigest()[:32],
+                "measure": "kl(reference || quantized), mean per calibration token"}
+    return SensitivityLog(path, identity)
 
 
 def _allowed(units: Sequence[Unit], formats: Sequence[str], costs: Sequence[Sequence[int | None]],

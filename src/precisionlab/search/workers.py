@@ -63,20 +63,37 @@ def release() -> None:
 
 def direct_sensitivities(context: Any, spec: WorkerSpec | None, units: Sequence[Any], formats: Sequence[str],
                          costs: Sequence[Sequence[int | None]], workers: int = 1, scheduler: str | None = None,
-                         client: Any = None, tick: Callable[[str], None] | None = None
+                         client: Any = None, tick: Callable[[str], None] | None = None,
+                         done: dict[tuple[str, str], tuple[float, float]] | None = None,
+                         record: Callable[[str, str, float, float], None] | None = None
                          ) -> dict[tuple[str, str], tuple[float, float]]:
-    """{(unit, format): (KL, seconds)} for every format a unit can take (a None cost is skipped)."""
+    """{(unit, format): (KL, seconds)} for every format a unit can take (a None cost is skipped); the pairs in
+    `done` (an earlier run's) are taken as they are, each new one is handed to `record` as it finishes."""
     from precisionlab.interop.distribute import distribute_tasks
 
-    jobs = [(u, f) for u, row in zip(units, costs, strict=True) for f, c in zip(formats, row, strict=True)
-            if c is not None]
     out: dict[tuple[str, str], tuple[float, float]] = {}
+    jobs = []
+    for u, row in zip(units, costs, strict=True):
+        for f, c in zip(formats, row, strict=True):
+            if c is None:
+                continue
+            if done is not None and (u.name, f) in done:
+                out[(u.name, f)] = done[(u.name, f)]
+            else:
+                jobs.append((u, f))
+
+    def finished(name: str, fmt: str, kl: float, seconds: float) -> None:
+        out[(name, fmt)] = (kl, seconds)
+        if record is not None:
+            record(name, fmt, kl, seconds)
+        if tick is not None:
+            tick(f"{name} {fmt}")
+
     if workers == 1 and scheduler is None and client is None:
         for unit, fmt in jobs:
             began = time.perf_counter()
-            out[(unit.name, fmt)] = (context.direct(unit.layers, fmt), time.perf_counter() - began)
-            if tick is not None:
-                tick(f"{unit.name} {fmt}")
+            kl = context.direct(unit.layers, fmt)
+            finished(unit.name, fmt, kl, time.perf_counter() - began)
         return out
     if spec is None:
         raise ValueError("a distributed sensitivity pass needs the model's name or path")
@@ -84,7 +101,5 @@ def direct_sensitivities(context: Any, spec: WorkerSpec | None, units: Sequence[
     with distribute_tasks(direct_task, tasks, workers=workers, scheduler=scheduler, client=client,
                           cleanup=release) as stream:
         for name, fmt, kl, seconds in stream:
-            out[(name, fmt)] = (kl, seconds)
-            if tick is not None:
-                tick(f"{name} {fmt}")
+            finished(name, fmt, kl, seconds)
     return out
