@@ -135,3 +135,21 @@ def test_a_budget_in_mb_counts_the_whole_model(model: Path, run_cli: Any) -> Non
     assert f["search.model_bytes"] <= 140_000
     assert not any(k.startswith("search.uniform.") for k in f)
     assert not any(k.startswith("search.proxy.spearman") for k in f)  # no direct measure to compare with
+
+
+def test_a_second_run_resumes_from_the_saved_sensitivities(model: Path, run_cli: Any, tmp_path: Path) -> None:
+    args = ("search", "-m", str(model), "-f", "int4:g32,int8:row", "--budget", "6", "--uniform", "none", *FAST,
+            "--json", "--out", str(tmp_path / "out"))
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.output
+    log = (tmp_path / "out" / "search-sensitivities.jsonl").read_text().splitlines()
+    assert len(log) == 1 + 20 and json.loads(log[0])["kind"] == "search-sensitivities"
+    second = run_cli(*args)
+    assert second.exit_code == 0, second.output
+    assert "resuming: 20 sensitivities measured earlier" in second.stderr
+    a, b = json.loads(first.stdout)["findings"], json.loads(second.stdout)["findings"]
+    assert {k: v for k, v in a.items() if not k.startswith("search.seconds")} == \
+        {k: v for k, v in b.items() if not k.startswith("search.seconds")}
+    other = run_cli("search", "-m", str(model), "-f", "int4:g32,bf16", "--budget", "6", *FAST, "--out",
+                    str(tmp_path / "out"))
+    assert other.exit_code == 2 and "holds the sensitivities of another search (its formats: " in other.output
