@@ -44,7 +44,7 @@ def test_units_group_qkv_and_keep_a_tied_weight_once(tiny: dict[str, Any]) -> No
     every = search_units(model, fuse=(), embeddings=True)
     names = [u.name for u in every]
     assert "model.embed_tokens" in names and "lm_head" not in names  # tied: one tensor, one unit
-    assert [u.name for u in search_units(model, blocks=[1])][0].startswith("model.layers.1.")
+    assert all(u.name.startswith("model.layers.1.") for u in search_units(model, blocks=[1]))
     with pytest.raises(ValueError, match="block 5 does not exist"):
         search_units(model, blocks=[5])
 
@@ -76,7 +76,7 @@ def test_recipe_bytes_are_what_models_weights_counts(tiny: dict[str, Any]) -> No
 
     model = tiny["loaded"].model
     units = search_units(model)
-    for j, fmt in enumerate(["int4:g32", "int8:row", "nvfp4"]):
+    for fmt in ["int4:g32", "int8:row", "nvfp4"]:
         report = recipe_prepare({layer: fmt for u in units for layer in u.layers}, "uniform")(model)
         try:
             mine = report.model_bytes
@@ -87,7 +87,6 @@ def test_recipe_bytes_are_what_models_weights_counts(tiny: dict[str, Any]) -> No
         assert mine == expected.model_bytes
         costs = unit_costs(units, [fmt])
         assert sum(row[0] for row in costs) == sum(r.nbytes for r in expected.quantized), fmt
-    del j
 
 
 def test_bf16_is_rounded_to_nearest_even_once(tiny: dict[str, Any]) -> None:

@@ -34,8 +34,9 @@ class SensitivityLog:
         old = _header(self.path)
         if old is not None and old != self.header:
             key = next((k for k in self.header if old.get(k) != self.header[k]), "a setting")
-            raise ValueError(f"{self.path} holds the sensitivities of another search (its {key}: {old.get(key)!r}, this run: {self.header[key]!r}); give "
-                             "another --out directory, or delete the file to start over")
+            raise ValueError(f"{self.path} holds the sensitivities of another search (its {key}: {old.get(key)!r}, "
+                             f"this run: {self.header[key]!r}); give another --out directory, or delete the file to "
+                             "start over")
         done: dict[tuple[str, str], tuple[float, float]] = {}
         for data in self._log.open():
             if data.get("kind") == "sensitivity":
