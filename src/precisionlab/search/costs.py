@@ -1,7 +1,7 @@
 """What each layer costs in each format: exact bytes from the quant library's accounting.
 
     fmts = parse_formats(["int4:g128,int8:row,bf16"])      # canonical names, in order
-    format_bytes("int4:g128", (576, 576))                 # 196992: codes with padding, plus the scales
+    format_bytes("int4:g128", (576, 576))                 # 190080: codes with padding, plus the scales
     format_bytes("bf16", (576, 576))                      # 663552: two bytes a weight, nothing else
 
 A format is a quant scheme (any string of `precisionlab.quant`: int4:g128, nvfp4, mxfp4, e4m3:row, int8:row ...)

@@ -149,12 +149,20 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
 
     # sensitivities
     t0 = time.perf_counter()
+    if progress is not None:
+        progress.start("the float reference and each block's input on the calibration tokens", 0)
     context = SensitivityContext(loaded.model, calibration)
     timings["setup_seconds"] = time.perf_counter() - t0
+    if progress is not None:
+        progress.done(f"reference recorded: {context.tokens} calibration tokens, {len(units)} units "
+                      f"({timings['setup_seconds']:.1f} s)")
+        progress.start("sensitivity proxy (one backward pass, every unit and format)", 0)
     t0 = time.perf_counter()
     proxy_raw = context.proxy(units, formats)
     proxy = {k: v / context.tokens for k, v in proxy_raw.items() if _allowed(units, formats, costs, k)}
     timings["proxy_seconds"] = time.perf_counter() - t0
+    if progress is not None:
+        progress.done(f"sensitivity proxy ({timings['proxy_seconds']:.1f} s)")
     direct: dict[tuple[str, str], float] = {}
     if sensitivity == "direct":
         n_jobs = sum(c is not None for row in costs for c in row)
