@@ -136,7 +136,11 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
     other = sum(p.numel() * p.element_size() for p in params if id(p) not in searched)
     budgets = [float(budget), *[float(b) for b in frontier]]
     capacities = [capacity_bytes(b, budget_unit, elements, other) for b in budgets]  # bad budgets fail first
-    values_min = sum(min(c for c in row if c is not None) for row in costs if any(c is not None for c in row))
+    for unit, row in zip(units, costs, strict=True):
+        if all(c is None for c in row):
+            raise ValueError(f"{unit.name}: no format of --formats can hold its shape {unit.shapes[0]} (add one that "
+                             "can, such as int8:row or bf16)")
+    values_min = sum(min(c for c in row if c is not None) for row in costs)
     for b, cap in zip(budgets, capacities, strict=True):
         if cap < values_min:
             smallest = (8 * values_min / elements if budget_unit == BITS else (values_min + other) / 1e6)
