@@ -148,3 +148,41 @@ def test_a_dask_cluster_gives_the_single_process_sensitivities(tiny: dict[str, A
             Client(cluster) as client:
         two = direct_sensitivities(tiny["context"], spec, units, FORMATS, costs, client=client)
     assert {k: v[0] for k, v in two.items()} == {k: v[0] for k, v in one.items()}
+
+
+def test_the_proxy_is_its_formula_computed_by_plain_autograd(tiny: dict[str, Any]) -> None:
+    """1/2 sum g^2 (x dW^T)^2 with g = dLoss/dy from retain_grad on the layer's output (no tensor hooks)."""
+    import torch
+
+    from precisionlab.search.costs import layer_values
+    from precisionlab.search.units import search_units
+
+    model, context = tiny["loaded"].model, tiny["context"]
+    name = "model.layers.1.mlp.up_proj"
+    units = [u for u in search_units(model, fuse=()) if u.name == name]
+    got = context.proxy(units, ["int4:g32"])[(name, "int4:g32")]
+    module = dict(model.named_modules())[name]
+    w = module.weight.detach().float()
+    delta = torch.from_numpy(layer_values(w.numpy(), "int4:g32")[0]) - w
+    expected = 0.0
+    seen: dict[str, Any] = {}
+
+    def keep(_m: Any, args: tuple[Any, ...], out: Any) -> None:
+        out.retain_grad()
+        seen["x"], seen["y"] = args[0].detach(), out
+
+    embed = model.get_input_embeddings()
+    h1 = embed.register_forward_hook(lambda _m, _a, out: out.detach().requires_grad_(True))
+    h2 = module.register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            for batch in tiny["batches"]:
+                logits = model(input_ids=batch, use_cache=False).logits[0].float()
+                torch.nn.functional.cross_entropy(logits[:-1], batch[0, 1:], reduction="sum").backward()
+                g = seen["y"].grad.reshape(-1, w.shape[0]).double()
+                dy = (seen["x"].reshape(-1, w.shape[1]).double() @ delta.double().t())
+                expected += 0.5 * float((g * g * dy * dy).sum())
+    finally:
+        h1.remove()
+        h2.remove()
+    assert got == pytest.approx(expected, rel=1e-5)
