@@ -79,7 +79,7 @@ def _points(run: Any) -> list[tuple[str, Any]]:
 
 def _points_table(run: Any, task: str) -> Table:
     unit = run.chosen.outcome[task]["unit"]
-    columns = ["point", "budget", "bits/weight", "model MB", "formats (units)", f"difference ({UNIT_LABELS[unit]})",
+    columns = ["point", "budget", "bits/weight", "model MB", "formats (layers)", f"difference ({UNIT_LABELS[unit]})",
                "CI low", "CI high", "verdict", "predicted KL", "measured KL", "measured / predicted"]
     rows: list[list[Scalar]] = []
     for name, p in _points(run):
