@@ -150,19 +150,26 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
                                    f"{budget_unit} (every unit in its cheapest format){hint}", values_min)
     note = getattr(progress, "note", None)
     timings: dict[str, float] = {}
+    log = _open_log(log_path, loaded, formats, units, calibration) if sensitivity == "direct" else None
+    done = log.open() if log is not None else {}  # another search's file is refused before any work
 
     # sensitivities
     t0 = time.perf_counter()
     if progress is not None:
         progress.start("the float reference and each block's input on the calibration tokens", 0)
-    context = SensitivityContext(loaded.model, calibration)
-    timings["setup_seconds"] = time.perf_counter() - t0
-    if progress is not None:
-        progress.done(f"reference recorded: {context.tokens} calibration tokens, {len(units)} units "
-                      f"({timings['setup_seconds']:.1f} s)")
-        progress.start("sensitivity proxy (one backward pass, every unit and format)", 0)
-    t0 = time.perf_counter()
-    proxy_raw = context.proxy(units, formats)
+    try:
+        context = SensitivityContext(loaded.model, calibration)
+        timings["setup_seconds"] = time.perf_counter() - t0
+        if progress is not None:
+            progress.done(f"reference recorded: {context.tokens} calibration tokens, {len(units)} units "
+                          f"({timings['setup_seconds']:.1f} s)")
+            progress.start("sensitivity proxy (one backward pass, every unit and format)", 0)
+        t0 = time.perf_counter()
+        proxy_raw = context.proxy(units, formats)
+    except BaseException:
+        if log is not None:
+            log.close()
+        raise
     proxy = {k: v / context.tokens for k, v in proxy_raw.items() if _allowed(units, formats, costs, k)}
     timings["proxy_seconds"] = time.perf_counter() - t0
     if progress is not None:
@@ -174,8 +181,6 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
             progress.start("sensitivity (direct KL per unit and format)", n_jobs)
         torch = peers.torch()
         spec = worker_spec(model_spec, loaded.dtype, calibration, torch.get_num_threads()) if model_spec else None
-        log = _open_log(log_path, loaded, formats, units, calibration)
-        done = log.open() if log is not None else {}
         if done and progress is not None:
             progress.advance(len(done))
             if note is not None:
