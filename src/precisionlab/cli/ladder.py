@@ -136,6 +136,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         "seed": seed, "alpha": float(alpha),
         "command": _command(model, target, max_drop, task_names, examples, grow, max_examples, blocks, calib_size,
                             alpha)}
+    if recipe_file is not None:
+        params["command"] = f"{params['command']} --recipe {shlex.quote(recipe_file)}"
+        params["recipe"] = recipe_file
     from precisionlab.labs.ladder import ladder_lab
 
     lab = ladder_lab(result, params, loaded_info)
