@@ -119,6 +119,8 @@ def test_a_recipe_of_ggml_types_exports_to_gguf_unchanged(model: Path, run_cli: 
     (("-f", "int4:g32", "--budget", "6", "--frontier", "5,x"), "--frontier"),
     (("-f", "int4:g32", "--budget", "6", "--fuse", "qkvo"), "--fuse"),
     (("-f", "int4:g32", "--budget", "6", "--blocks", "7"), "block 7 does not exist"),
+    (("-f", "int4:g32", "--budget", "6", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"), "not both"),
+    (("-f", "int4:g32", "--budget", "0"), "--budget must be a positive number"),
 ])
 def test_bad_input_is_one_line_and_exit_2(model: Path, run_cli: Any, args: tuple[str, ...], message: str) -> None:
     result = run_cli("search", "-m", str(model), *args, *FAST)
