@@ -77,7 +77,7 @@ def layer_values(weight: Any, fmt: str) -> tuple[Any, int]:
 
     w = np.asarray(weight, dtype=np.float32)
     if is_float_format(fmt):
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         torch = peers.torch()
         target = torch.bfloat16 if fmt == "bf16" else torch.float16

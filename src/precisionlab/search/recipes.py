@@ -31,7 +31,7 @@ def recipe_prepare(assignment: Mapping[str, str], label: str) -> Any:
     chosen = dict(assignment)
 
     def prepare(model: Any, include: Sequence[str] = (), exclude: Sequence[str] | None = None) -> Any:
-        from precisionlab.models import peers
+        from precisionlab import peers
         from precisionlab.ptq.install import install
 
         torch = peers.torch()

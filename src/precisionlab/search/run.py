@@ -112,9 +112,9 @@ def search(loaded: Any, formats: Sequence[str], budget: float, tasks: Sequence[s
     """The whole search (module docstring). `model_spec` (the name or path the model loads from) is what
     workers load; `uniform` (default: every format) are evaluated uniformly beside the recipe; with `log_path`
     each direct sensitivity is saved as it finishes and an earlier run's are taken from it (search.log)."""
+    from precisionlab import peers
     from precisionlab.eval.runner import check_max_drop, evaluate
     from precisionlab.eval.tasks import resolve_tasks
-    from precisionlab.models import peers
     from precisionlab.models.loading import unique_parameters
     from precisionlab.search.costs import parse_formats
     from precisionlab.search.recipes import recipe_candidate

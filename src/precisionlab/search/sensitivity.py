@@ -46,7 +46,7 @@ class SensitivityContext:
     """The float model's reference on the calibration batches, and the measures of the module docstring."""
 
     def __init__(self, model: Any, batches: Sequence[Any]) -> None:
-        from precisionlab.models import peers
+        from precisionlab import peers
         from precisionlab.ptq.calibration import block_calls, next_block_calls
         from precisionlab.ptq.structure import blocks
 
@@ -91,7 +91,7 @@ class SensitivityContext:
 
     def _kl(self, block: int | None) -> float:
         """Mean KL(reference || model as it is now) per calibration token, from `block` on (None: full model)."""
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         torch = peers.torch()
         total = 0.0
@@ -121,7 +121,7 @@ class SensitivityContext:
     @contextmanager
     def applied(self, assignment: Mapping[str, str]) -> Any:
         """The layers' weights replaced by their values in their formats; the originals back on exit."""
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         torch = peers.torch()
         modules = dict(self.model.named_modules())
@@ -140,7 +140,7 @@ class SensitivityContext:
     def proxy(self, units: Sequence[Any], formats: Sequence[str]) -> dict[tuple[str, str], float]:
         """The Fisher-weighted output error of every (unit, format) (module docstring), from one backward pass
         per calibration batch. A tied weight counts at every module that uses it (SmolLM2's embedding and head)."""
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         torch = peers.torch()
         named = dict(self.model.named_modules())

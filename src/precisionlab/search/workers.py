@@ -36,7 +36,8 @@ def worker_spec(model: str, dtype: str, batches: Sequence[Any], threads: int) ->
 
 def _context(spec: WorkerSpec) -> Any:
     if spec not in _CONTEXTS:
-        from precisionlab.models import load_model, peers
+        from precisionlab import peers
+        from precisionlab.models import load_model
         from precisionlab.search.sensitivity import SensitivityContext
 
         torch = peers.torch()
