@@ -65,10 +65,13 @@ QUICK: dict[str, Any] = {"blocks": "1", "examples": 8, "calib_size": 1536}
               help="After the climb, measure every tried step's decode and prefill tokens/s on the real kernel of "
                    "its scheme against the reference, in one interleaved run (docs/profile.md); the step table "
                    "gains the decode ratio.")
+@click.option("--recipe", "recipe_file", default=None, metavar="FILE",
+              help="A recipe.json (precisionlab search --out): one more rung, after the uniform ones.")
 @lab_output_options
 def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], examples: int | None, grow: bool,
             max_examples: int | None, blocks: str | None, calib_size: int, alpha: float, quick: bool, seed: int,
-            resamples: int, threads: int | None, speed: bool, as_json: bool, out_dir: Path | None) -> None:
+            resamples: int, threads: int | None, speed: bool, recipe_file: str | None, as_json: bool,
+            out_dir: Path | None) -> None:
     """Climb from the cheapest quantization at --target to the first step that passes the evaluation."""
     from precisionlab.cli.eval import StepProgress
     from precisionlab.cli.ptq import parse_blocks
@@ -83,6 +86,12 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         examples = examples if "examples" in given else QUICK["examples"]
         calib_size = calib_size if "calib_size" in given else QUICK["calib_size"]
     steps = ladder_steps(target)
+    recipe = None
+    if recipe_file is not None:  # the search's recipe: one rung after the uniform ones (search.ladder_step)
+        from precisionlab.search.ladder_step import recipe_step, with_recipe_step
+
+        step, recipe = recipe_step(recipe_file)
+        steps = with_recipe_step(steps, step)
     check_max_drop(max_drop)
     check_resamples(resamples)
     task_names = split_commas(tasks) or ["ppl"]
@@ -117,7 +126,8 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         with StepProgress() as progress:
             result, loaded_info, lines, evaluator = _climb(model, steps, task_names, max_drop, examples, grow,
                                                            max_examples, block_ids, calib_size, seed, resamples,
-                                                           target, progress, alpha, log_path, settings)
+                                                           target, progress, alpha, log_path, settings,
+                                                           **({"recipe": recipe} if recipe is not None else {}))
             measured = None
             if speed and result.steps:
                 from precisionlab.ptq.ladder.speed import ladder_speed
@@ -138,6 +148,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         "seed": seed, "alpha": float(alpha),
         "command": _command(model, target, max_drop, task_names, examples, grow, max_examples, blocks, calib_size,
                             alpha) + (" --speed" if speed else "")}
+    if recipe_file is not None:
+        params["command"] = f"{params['command']} --recipe {shlex.quote(recipe_file)}"
+        params["recipe"] = recipe_file
     from precisionlab.labs.ladder import ladder_lab
 
     lab = ladder_lab(result, params, loaded_info, speed=measured)
@@ -159,7 +172,8 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
            target: str, progress: Any, alpha: float = ALPHA, log_path: Path | None = None,
-           settings: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[str], Any]:
+           settings: dict[str, Any] | None = None, recipe: dict[str, str] | None = None
+           ) -> tuple[Any, dict[str, Any], list[str], Any]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
     from precisionlab.eval.overlap import BUILTIN, calibration_data  # checked in COMMAND
     from precisionlab.ptq import token_batches
@@ -169,8 +183,14 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         calibration = token_batches(loaded.tokenizer, calibration_data(BUILTIN), calib_size, CALIB_SEQ_LEN)
-        evaluator = ModelEvaluator(loaded, task_names, max_drop, calibration, blocks=block_ids, seed=seed,
-                                   n_resamples=resamples, progress=progress)
+        options: dict[str, Any] = {"blocks": block_ids, "seed": seed, "n_resamples": resamples, "progress": progress}
+        evaluator: Any
+        if recipe is not None:
+            from precisionlab.search.ladder_step import RecipeStepEvaluator
+
+            evaluator = RecipeStepEvaluator(loaded, task_names, max_drop, calibration, recipe=recipe, **options)
+        else:
+            evaluator = ModelEvaluator(loaded, task_names, max_drop, calibration, **options)
         start = examples if examples is not None else evaluator.base_examples
         identity = {"model": loaded.fingerprint, **(settings or {})}
         result = climb_logged(steps, evaluator, evaluator.planned_bytes, start, max_drop, target, grow, max_examples,
