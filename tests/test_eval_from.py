@@ -90,3 +90,24 @@ def test_per_layer_recipe_installs_each_layers_grid(tiny: Path, tmp_path: Path) 
     with torch.no_grad():
         for name in names:
             assert np.array_equal(modules[name].weight.float().numpy(), before[name])
+
+
+def test_a_recipes_float_layers_are_rounded_to_their_width(tiny: Path, tmp_path: Path) -> None:
+    """A layer search keeps at bf16 is evaluated (and exported) at bf16's values, not left at float32."""
+    import torch
+
+    from precisionlab.export import result_candidate, write_recipe
+    from precisionlab.models import load_model
+
+    first, second = _linears(tiny)[:2]
+    path = write_recipe(tmp_path / "floats.json", {first: "int8:row"}, float_layers={second: "bf16"})
+    loaded = load_model(str(tiny))
+    weight = dict(loaded.model.named_modules())[second].weight
+    before = weight.detach().clone()
+    report = result_candidate(path).prepare(loaded.model, (), None)
+    expected = before.to(torch.bfloat16).float()
+    assert not torch.equal(before, expected)  # the rounding is visible on this weight
+    assert torch.equal(weight.detach(), expected)
+    assert report.layers and {r.name for r in report.layers} >= {first, second}
+    report.restore()
+    assert torch.equal(weight.detach(), before)

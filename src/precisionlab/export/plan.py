@@ -86,7 +86,7 @@ def prepare(loaded: Any, recipe: Recipe) -> Prepared:
     if recipe.layers:
         originals = {n: chosen[n].weight.detach().float().numpy() for n in recipe.layers}
         quantized = {n: quantize(originals[n], s) for n, s in recipe.layers.items()}
-        return _install_codes(loaded, recipe, quantized)
+        return _install_codes(loaded, recipe, quantized, float_layers(model, recipe))
     from precisionlab.models.weights import quantize_weights
 
     assert recipe.scheme is not None
@@ -100,8 +100,35 @@ def prepare(loaded: Any, recipe: Recipe) -> Prepared:
     return Prepared(loaded, recipe, report, quantized)
 
 
-def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any]) -> Prepared:
+FLOAT_WIDTHS = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
+"""A recipe.json's "float_layers" widths (what `precisionlab search` keeps in float): torch dtype, bytes each."""
+
+
+def float_layers(model: Any, recipe: Recipe) -> dict[str, str]:
+    """The recipe's layers kept at a float width (layer -> bf16 / fp16, its "float_layers"); ValueError for a
+    width or a layer it cannot be."""
+    floats = recipe.metadata.get("float_layers") or {}
+    if not isinstance(floats, dict):
+        raise ValueError(f"{recipe.source or 'the recipe'}: \"float_layers\" must map layer names to bf16 or fp16")
+    modules = dict(model.named_modules())
+    out: dict[str, str] = {}
+    for name, width in floats.items():
+        key = str(width).lower()
+        if key not in FLOAT_WIDTHS:
+            raise ValueError(f"float layer {name!r}: {width!r} is not bf16 or fp16")
+        if name not in modules or getattr(modules[name], "weight", None) is None:
+            raise ValueError(f"the model has no weight layer {name!r} (the recipe was made on another model?)")
+        out[str(name)] = key
+    return out
+
+
+def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any],
+                   floats: dict[str, str] | None = None) -> Prepared:
+    """Each layer's dequantized codes, and each float layer rounded to its width (the values the search
+    evaluated; export then writes them at --float-dtype, so they stay exact in any width that holds them)."""
     from precisionlab.ptq.install import install
+
+    floats = floats or {}
 
     def write(model: Any) -> None:
         import torch
@@ -111,8 +138,14 @@ def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any]) -> Pr
             for name, q in quantized.items():
                 weight = modules[name].weight
                 weight.copy_(torch.from_numpy(q.dequantize()).to(weight.dtype))
+            for name, width in floats.items():
+                weight = modules[name].weight
+                weight.copy_(weight.to(getattr(torch, FLOAT_WIDTHS[width][0])).to(weight.dtype))
 
-    report = install(loaded.model, write, {n: q.nbytes for n, q in quantized.items()}, recipe.description)
+    stored = {n: q.nbytes for n, q in quantized.items()}
+    modules = dict(loaded.model.named_modules())
+    stored.update({n: modules[n].weight.numel() * FLOAT_WIDTHS[w][1] for n, w in floats.items()})
+    report = install(loaded.model, write, stored, recipe.description)
     return Prepared(loaded, recipe, report, quantized)
 
 
