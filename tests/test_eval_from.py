@@ -111,3 +111,14 @@ def test_a_recipes_float_layers_are_rounded_to_their_width(tiny: Path, tmp_path:
     assert report.layers and {r.name for r in report.layers} >= {first, second}
     report.restore()
     assert torch.equal(weight.detach(), before)
+
+
+def test_a_mixed_recipe_is_refused_for_compressed_tensors(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """It crashed with an internal error when transformers read it back; now one line before loading."""
+    from precisionlab.export import write_recipe
+
+    recipe = write_recipe(tmp_path / "mixed.json", {"model.layers.0.mlp.up_proj": "int8:row",
+                                                    "model.layers.0.mlp.down_proj": "int4:g32"})
+    result = run_cli("export", "--model", "nope", "--from", str(recipe), "--to", "compressed-tensors",
+                     "--out", str(tmp_path / "ct"))
+    one_line_error(result, "a mixed recipe")

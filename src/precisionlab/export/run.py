@@ -74,6 +74,10 @@ def precheck(spec: str, to: str, recipe: Recipe, out: Path, force: bool) -> None
     schemes = _schemes(recipe)
     for scheme in schemes:
         _check_scheme(scheme, to)
+    if to == "compressed-tensors" and len(schemes) > 1:
+        raise ValueError(f"compressed-tensors: a mixed recipe ({', '.join(schemes)}) is not exported: transformers "
+                         "could not load such a checkpoint back, so it would ship unverified; export it to GGUF, or "
+                         "one scheme per layer group in separate runs")
     hparams = _source_hparams(spec)
     if hparams is None:
         return
