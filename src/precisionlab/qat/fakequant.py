@@ -121,7 +121,7 @@ class LayerGrid:
         if zero is not None:
             v = v + zero
         inside = (v >= self.low - 0.5) & (v <= self.high + 0.5)
-        return v.round().clamp_(self.low, self.high), inside
+        return v.round().clamp_(self.low, self.high).add_(0.0), inside  # + 0.0: code 0 is +0, never -0
 
     def quantized(self, weight: Any) -> QuantizedTensor:
         """The QuantizedTensor of `weight`'s codes under this grid's scales: its dequantize() equals
