@@ -82,6 +82,11 @@ def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int 
     if start is None and scheme is None:
         raise ValueError("--scheme is required without --from (e.g. --scheme int4:g64)")
     canonical = str(check_scheme(scheme)) if scheme is not None else None
+    if start is not None and canonical is not None:
+        held = sorted({str(q.scheme) for q in start.stored.values()})
+        if held != [canonical]:
+            raise ValueError(f"--scheme {canonical}: the --from result is at {', '.join(held)}; leave --scheme out "
+                             "or give the same")
     block_ids = parse_blocks(blocks)
     if start is not None and block_ids is not None:
         raise ValueError("--from trains the saved result's layers; --blocks does not apply with it")

@@ -18,8 +18,8 @@ from precisionlab.qat.fakequant import LayerGrid, check_scheme, fake_quantize
 from precisionlab.qat.loss import distillation_kl, next_token_loss
 from precisionlab.qat.memory import TrainingMemory
 from precisionlab.qat.run import QATResult, Start, qat_candidate, rtn_candidate, run_qat, start_candidate
-from precisionlab.qat.train import History, Interrupted, TrainConfig, batch_index, train
+from precisionlab.qat.train import History, Interrupted, TrainConfig, batch_index
 
 __all__ = ["History", "Interrupted", "LayerGrid", "QATResult", "Start", "TrainConfig", "TrainingMemory",
            "batch_index", "check_scheme", "distillation_kl", "fake_quantize", "next_token_loss", "qat_candidate",
-           "rtn_candidate", "run_qat", "start_candidate", "train"]
+           "rtn_candidate", "run_qat", "start_candidate"]
