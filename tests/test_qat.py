@@ -184,7 +184,7 @@ def test_resume_after_an_interrupt_ends_with_the_uninterrupted_weights(tiny, tmp
         assert np.array_equal(resumed.quantized[name].packed, whole.quantized[name].packed)
     again = run_qat(model, "int4:g32", batches, config, blocks=[1])  # no checkpoint: the same run again
     assert all(torch.equal(again.history.latents[n], w) for n, w in whole.history.latents.items())
-    with pytest.raises(ValueError, match="checkpoint of another run .*lr"):
+    with pytest.raises(ValueError, match=r"checkpoint of another run .*lr"):
         run_qat(model, "int4:g32", batches, TrainConfig(steps=7, lr=2e-3), blocks=[1], checkpoint=path, resume=True)
 
 
@@ -213,7 +213,8 @@ def test_training_lowers_the_distillation_loss_and_leaves_the_model_as_it_was(ti
             teacher = [model(b).logits for b in batches]
             saved = {n: modules[n].weight.detach().clone() for n in quantized}
             write_weights(model, type("R", (), {"folds": [], "quantized": quantized})())
-            value = float(np.mean([float(distillation_kl(model(b).logits, t)) for b, t in zip(batches, teacher)]))
+            pairs = zip(batches, teacher, strict=True)
+            value = float(np.mean([float(distillation_kl(model(b).logits, t)) for b, t in pairs]))
             for n, w in saved.items():
                 modules[n].weight.copy_(w)
         return value

@@ -18,14 +18,14 @@ def test_the_qat_rung_comes_after_awq_and_no_widen_drops_the_width_rung() -> Non
     plain = [s.name for s in ladder_steps("int4")]
     assert plain[-1] == "int8" and "qat-g128" not in plain
     steps = ladder_steps("int4", qat_steps=50, widen=False)
-    assert [s.name for s in steps] == plain[:-1] + ["qat-g128"]
+    assert [s.name for s in steps] == [*plain[:-1], "qat-g128"]
     qat = steps[-1]
     assert (qat.method, qat.scheme, qat.keep_sensitive, qat.groups_of) == ("qat", "int4:g128", True, "g128")
     assert [s.name for s in ladder_steps("int4", qat_steps=50)][-2:] == ["qat-g128", "int8"]
     assert [s.name for s in ladder_steps("int4", widen=False)] == plain[:-1]
     planned = plan_steps(steps, lambda s: {"int4:g128": 9}.get(s.scheme, 5))  # g128 dearer than g64: regrouped
     assert [s.name for s in planned.steps][-3:] == ["gptq-g64", "awq-g64", "qat-g64"]
-    with pytest.raises(ValueError, match="--qat-steps: .*float width"):
+    with pytest.raises(ValueError, match=r"--qat-steps: .*float width"):
         ladder_steps("fp4", qat_steps=5)
 
 

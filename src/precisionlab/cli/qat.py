@@ -218,8 +218,9 @@ def evaluate_qat(loaded: Any, result: Any, task_names: list[str], max_drop: floa
     if result.start != "rtn" or result.folds:
         candidates.append(start_candidate(result))
     candidates.append(rtn_candidate(loaded.model, result))
-    extra = {} if confidence is None else {"confidence": confidence}
-    return evaluate(loaded, candidates, specs, max_drop, progress=progress, **extra)
+    if confidence is None:
+        return evaluate(loaded, candidates, specs, max_drop, progress=progress)
+    return evaluate(loaded, candidates, specs, max_drop, progress=progress, confidence=confidence)
 
 
 def _command(model: str, scheme: str, from_result: str | None, steps: int, lr: float, loss: str, blocks: str | None,

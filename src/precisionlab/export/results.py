@@ -150,10 +150,12 @@ def _qat(path: Path, data: dict[str, Any], step: int | None) -> Recipe:
     params = data.get("params") or {}
     saved = params.get("save")
     if not saved:
-        raise ValueError(f"--from {path}: the qat result names no weights file (its --out folder holds qat.safetensors)")
+        raise ValueError(f"--from {path}: the qat result names no weights file (its --out folder holds "
+                         "qat.safetensors)")
     weights = _beside(path, str(saved))
-    recipe = weights_recipe(weights, "qat", f"qat {params.get('scheme', '')} from {params.get('start', 'rtn')}, "
-                                            f"{params.get('steps', '?')} steps, from {path.name} (weights {weights.name})")
+    text = (f"qat {params.get('scheme', '')} from {params.get('start', 'rtn')}, {params.get('steps', '?')} steps, "
+            f"from {path.name} (weights {weights.name})")
+    recipe = weights_recipe(weights, "qat", text)
     recipe.kind = "qat"
     recipe.metadata = {"model": params.get("model"), "command": params.get("command")}
     return recipe

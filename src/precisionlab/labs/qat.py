@@ -52,7 +52,7 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
     steps = list(range(len(losses)))
     figure = Figure(key="loss", title=f"qat {result.scheme}: training loss per step", xlabel="step",
                     ylabel=f"loss ({result.config.loss}, nats/token)",
-                    series=[Series("loss", steps, losses)] + _smoothed(losses),
+                    series=[Series("loss", steps, losses), *_smoothed(losses)],
                     yscale="log" if losses and min(losses) > 0 else "linear",
                     vlines=[(float(result.history.resumed_from), "resumed")] if result.history.resumed_from else [],
                     note="each step's loss on its own calibration window, before its update; the line: the mean "
