@@ -150,3 +150,18 @@ def test_from_a_saved_gptq_result_starts_at_gptq(run_cli, tiny_dir: Path, tmp_pa
                    "--blocks does not apply")
     one_line_error(run_cli("qat", "--model", str(tiny_dir), "--from", str(weights), "--steps", "2", "--scheme",
                            "int4:g64", "--no-eval"), "the --from result is at int4:g32")
+
+
+def test_the_training_bar_shows_the_loss_without_restarting_its_count() -> None:
+    """qat relabels its bar with the running loss each step (StepProgress.relabel): the count and the clock go on."""
+    from precisionlab.cli.progress import StepProgress
+
+    progress = StepProgress(terminal=False)
+    progress.count("qat int4:g64: training", 3, 10)
+    began = progress.step_began
+    progress.relabel("qat int4:g64: training, loss 0.0123")
+    progress.count("qat int4:g64: training", 4, 10)
+    assert (progress.count_done, progress.step_began) == (4, began)
+    assert progress.status(began + 8.0).startswith("qat int4:g64: training, loss 0.0123: 4/10, 8.0 s, about 12.0 s")
+    progress.start("evaluation", 0)
+    assert progress.status(progress.step_began + 1.0) == "evaluation: 1.0 s"

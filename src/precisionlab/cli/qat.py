@@ -191,6 +191,7 @@ def _run(model: str, scheme: str | None, start: Any, config: Any, block_ids: lis
 
     def tick(done: int, total: int, loss: float) -> None:
         progress.count(f"{label}: training", done, total)
+        progress.relabel(f"{label}: training, loss {loss:.4g}")
         if done == total or done % max(1, total // 10) == 0:
             progress.note(f"{label}: step {done}/{total}, loss {loss:.4g}")
 
