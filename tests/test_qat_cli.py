@@ -93,6 +93,10 @@ def test_a_run_is_a_result_export_reads_and_it_resumes(run_cli, tiny_dir: Path, 
     name = "model.layers.1.mlp.down_proj"
     got = next(t for k, t in tensors.items() if k.startswith(name))
     assert np.array_equal(np.asarray(got.dequantize(), dtype=np.float32), stored[name].dequantize())
+    audited = run_cli("audit", str(exported), "--json")  # the exported checkpoint audits like any other
+    assert audited.exit_code == 0, audited.output
+    layouts = json.loads(audited.stdout)["findings"]
+    assert layouts[f"audit.tensors.{name}.weight.layout"] == "compressed-tensors:pack-quantized"
 
     import importlib
 
