@@ -129,13 +129,14 @@ def test_a_run_is_a_result_export_reads_and_it_resumes(run_cli, tiny_dir: Path, 
     one_line_error(other, "checkpoint of another run")
 
 
-def test_from_a_saved_gptq_result_starts_at_gptq(run_cli, tiny_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The evaluation compares qat, its GPTQ start and RTN; the first training loss is GPTQ's model's KL, so with a
-    learning rate too small to move a code the trained codes are GPTQ's."""
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_from_a_saved_result_starts_at_its_model(run_cli, tiny_dir: Path, tmp_path: Path, method: str) -> None:  # type: ignore[no-untyped-def]
+    """The evaluation compares qat, its GPTQ / AWQ start (AWQ: its folds too) and RTN; with a learning rate too small
+    to move a code the trained model is the start's, bit for bit: the same codes, the same evaluation numbers."""
     from precisionlab.quant.safetensors_io import load_quantized
 
     weights = tmp_path / "g.safetensors"
-    ran = run_cli("ptq", "--model", str(tiny_dir), "--method", "gptq", "--scheme", "int4:g32", "--blocks", "1",
+    ran = run_cli("ptq", "--model", str(tiny_dir), "--method", method, "--scheme", "int4:g32", "--blocks", "1",
                   "--calib-size", "256", "--no-eval", "--save", str(weights), "--out", str(tmp_path / "ptq"))
     assert ran.exit_code == 0, ran.output
     out = tmp_path / "q"
@@ -144,12 +145,14 @@ def test_from_a_saved_gptq_result_starts_at_gptq(run_cli, tiny_dir: Path, tmp_pa
                       "1", "--out", str(out), "--json")
     assert trained.exit_code == 0, trained.output
     findings = json.loads((out / "qat.json").read_text())["findings"]
-    assert findings["qat.start"] == "gptq" and findings["qat.codes_changed"] == 0
-    for label in ("qat:int4:g32", "gptq:int4:g32", "rtn:int4:g32"):
+    assert findings["qat.start"] == method and findings["qat.codes_changed"] == 0
+    for label in ("qat:int4:g32", f"{method}:int4:g32", "rtn:int4:g32"):
         assert f"eval.ppl.{label}.difference" in findings
-    assert findings["eval.ppl.qat:int4:g32.difference"] == findings["eval.ppl.gptq:int4:g32.difference"]
-    gptq, qat = load_quantized(weights), load_quantized(out / "qat.safetensors")
-    assert all(np.array_equal(qat[n].packed, gptq[n].packed) for n in gptq)
+    for key in ("difference", "ci_low", "ci_high"):
+        assert findings[f"eval.ppl.qat:int4:g32.{key}"] == findings[f"eval.ppl.{method}:int4:g32.{key}"]
+    assert findings["eval.ppl.qat:int4:g32.difference"] != findings["eval.ppl.rtn:int4:g32.difference"]
+    start, qat = load_quantized(weights), load_quantized(out / "qat.safetensors")
+    assert all(np.array_equal(qat[n].packed, start[n].packed) for n in start)
     one_line_error(run_cli("qat", "--model", str(tiny_dir), "--from", str(weights), "--steps", "2", "--blocks", "1"),
                    "--blocks does not apply")
     one_line_error(run_cli("qat", "--model", str(tiny_dir), "--from", str(weights), "--steps", "2", "--scheme",
