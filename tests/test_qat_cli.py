@@ -153,6 +153,11 @@ def test_from_a_saved_result_starts_at_its_model(run_cli, tiny_dir: Path, tmp_pa
     assert findings["eval.ppl.qat:int4:g32.difference"] != findings["eval.ppl.rtn:int4:g32.difference"]
     start, qat = load_quantized(weights), load_quantized(out / "qat.safetensors")
     assert all(np.array_equal(qat[n].packed, start[n].packed) for n in start)
+    direct = run_cli("qat", "--model", str(tiny_dir), "--from", str(weights), "--steps", "1", "--calib-size", "64",
+                     "--seq-len", "32", "--eval-size", "0.05", "--threads", "1", "--json")  # its method is not recorded
+    assert direct.exit_code == 0, direct.output
+    labels = [row[0] for row in json.loads(direct.stdout)["sections"][-1]["rows"]]
+    assert labels == ["qat:int4:g32", "saved:int4:g32" if method == "gptq" else "awq:int4:g32", "rtn:int4:g32"]
     one_line_error(run_cli("qat", "--model", str(tiny_dir), "--from", str(weights), "--steps", "2", "--blocks", "1"),
                    "--blocks does not apply")
     one_line_error(run_cli("qat", "--model", str(tiny_dir), "--from", str(weights), "--steps", "2", "--scheme",
@@ -172,3 +177,32 @@ def test_the_training_bar_shows_the_loss_without_restarting_its_count() -> None:
     assert progress.status(began + 8.0).startswith("qat int4:g64: training, loss 0.0123: 4/10, 8.0 s, about 12.0 s")
     progress.start("evaluation", 0)
     assert progress.status(progress.step_began + 1.0) == "evaluation: 1.0 s"
+
+
+@pytest.mark.slow
+def test_the_bar_on_smollm2_int4_g64(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The issue's bar, block 1 of SmolLM2 at int4:g64, 100 steps of 128 tokens, ppl on the 40 built-in documents:
+    QAT's perplexity increase against the float model is below RTN's in the same evaluation, and, started from a
+    saved GPTQ result, below GPTQ's (and RTN's) in the same evaluation. About 25 minutes on the loaded 2-core
+    machine (docs/qat.md, Measured)."""
+    from tests.model_helpers import smollm2
+
+    smollm2()  # skips without the packaged model
+    common = ("--steps", "100", "--calib-size", "4096", "--eval-size", "1", "--threads", "1")
+    rtn = run_cli("qat", "--scheme", "int4:g64", "--blocks", "1", "--lr", "3e-4", *common, "--out",
+                  str(tmp_path / "rtn"), "--json")
+    assert rtn.exit_code == 0, rtn.output
+    f = json.loads((tmp_path / "rtn" / "qat.json").read_text())["findings"]
+    assert f["eval.ppl.qat:int4:g64.difference"] < f["eval.ppl.rtn:int4:g64.difference"]
+    assert f["eval.ppl.qat:int4:g64.kl"] < f["eval.ppl.rtn:int4:g64.kl"]
+
+    ptq = run_cli("ptq", "--method", "gptq", "--scheme", "int4:g64", "--blocks", "1", "--no-eval", "--save",
+                  str(tmp_path / "gptq.safetensors"), "--out", str(tmp_path / "ptq"))
+    assert ptq.exit_code == 0, ptq.output
+    gptq = run_cli("qat", "--from", str(tmp_path / "ptq" / "ptq.json"), "--lr", "1e-4", *common, "--out",
+                   str(tmp_path / "gptq"), "--json")
+    assert gptq.exit_code == 0, gptq.output
+    g = json.loads((tmp_path / "gptq" / "qat.json").read_text())["findings"]
+    assert g["qat.start"] == "gptq"
+    assert g["eval.ppl.qat:int4:g64.difference"] < g["eval.ppl.gptq:int4:g64.difference"]
+    assert g["eval.ppl.qat:int4:g64.difference"] < g["eval.ppl.rtn:int4:g64.difference"]

@@ -27,7 +27,7 @@ CHECKPOINT_NAME = "qat-checkpoint.pt"
 WEIGHTS_NAME = "qat.safetensors"
 SEQ_LEN = 128
 """Tokens per training step (one calibration window): 2 s per step on SmolLM2 with one block trained, one thread."""
-LR = 1e-5
+LR = 1e-4
 CHECKPOINT_EVERY = 10
 
 

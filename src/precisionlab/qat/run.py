@@ -33,6 +33,8 @@ from precisionlab.qat.train import History, Progress, TrainConfig, train
 from precisionlab.quant.tensor import QuantizedTensor
 
 START_METHODS = ("rtn", "gptq", "awq")
+SAVED = "saved"
+"""The start of a weights file given directly (`--from W.safetensors`): its method is not recorded there."""
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Start:
             raise ValueError(f"--from {recipe.source}: a {recipe.kind} result holds no saved codes to start from; "
                              "give a precisionlab ptq --out JSON saved with --save (gptq, awq or rtn), or its "
                              ".safetensors file")
-        method = recipe.method if recipe.method in START_METHODS else "rtn"
+        method = recipe.method if recipe.method in START_METHODS else SAVED
         return cls(method, dict(recipe.stored), list(recipe.folds), recipe.source)
 
 
@@ -225,7 +227,8 @@ def start_candidate(result: QATResult) -> Any:
     from precisionlab.ptq.install import ptq_candidate
     from precisionlab.ptq.records import PTQResult
 
-    start = PTQResult(result.start, result.scheme, [], quantized=dict(result.start_quantized), folds=result.folds)
+    method = result.start if result.start in START_METHODS else "rtn"  # weights only: installed alike
+    start = PTQResult(method, result.scheme, [], quantized=dict(result.start_quantized), folds=result.folds)
     return ptq_candidate(start, label=f"{result.start}:{result.scheme}")
 
 

@@ -40,7 +40,7 @@ from precisionlab.qat.loss import check_loss, distillation_kl, next_token_loss
 CHECKPOINT_FORMAT = "precisionlab.qat-checkpoint"
 CHECKPOINT_VERSION = 1
 CHECKPOINT_EVERY = 10
-DEFAULT_LR = 1e-5
+DEFAULT_LR = 1e-4
 
 Progress = Callable[[int, int, float], None]
 """progress(steps done, steps in all, the last step's loss)."""
