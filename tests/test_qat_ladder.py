@@ -82,3 +82,38 @@ def test_the_ladder_reaches_the_qat_rung_and_reports_its_evidence(run_cli, tmp_p
     recipe = read_result(out / "ladder.json", step=tried - 1)
     assert recipe.method == "qat" or recipe.folds  # an AWQ start ships its folds with the codes
     assert sorted(recipe.stored) == sorted(stored)
+
+
+def test_the_rung_starts_from_the_best_calibrated_step_and_reruns_a_resumed_one() -> None:
+    """QATStep.start: the GPTQ / AWQ step at the rung's scheme with the smallest difference; its result from the
+    evaluator, or (a step resumed from the ladder's log) computed again by `calibrated_result`."""
+    from precisionlab.ptq.ladder import ladder_steps
+    from precisionlab.qat.ladder_step import QATStep
+
+    steps = {s.name: s for s in ladder_steps("int4", qat_steps=5)}
+    gptq, awq, keep, rung = steps["gptq-g128"], steps["awq-g128"], steps["keep-sensitive"], steps["qat-g128"]
+
+    class Result:
+        def __init__(self, name: str) -> None:
+            self.quantized = {"layer": name}
+            self.folds: list = []  # type: ignore[type-arg]
+
+    class Evaluator:
+        def __init__(self) -> None:
+            self.tried = {"keep-sensitive": (keep, 0.1), "gptq-g128": (gptq, 5.0), "awq-g128": (awq, 3.0)}
+            self.step_results = {"gptq-g128": Result("gptq")}
+            self.rerun: list[str] = []
+
+        def calibrated_result(self, model, step, selected):  # type: ignore[no-untyped-def]
+            self.rerun.append(step.name)
+            return Result(step.method)
+
+    evaluator = Evaluator()
+    qat = QATStep(5)
+    start = qat.start(evaluator, None, rung, {})
+    assert (start.method, start.stored, evaluator.rerun) == ("awq", {"layer": "awq"}, ["awq-g128"])
+    assert qat.started_from["qat-g128"] == "awq-g128"  # the outlier step (0.1) is no starting point
+    evaluator.tried["gptq-g128"] = (gptq, 1.0)
+    assert qat.start(evaluator, None, rung, {}).stored == {"layer": "gptq"}
+    evaluator.tried = {"keep-sensitive": (keep, 0.1)}
+    assert qat.start(evaluator, None, rung, {}) is None and qat.started_from["qat-g128"] == "rtn"
