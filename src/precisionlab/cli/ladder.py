@@ -123,7 +123,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         with StepProgress() as progress:
             result, loaded_info, lines, evaluator = _climb(model, steps, task_names, max_drop, examples, grow,
                                                            max_examples, block_ids, calib_size, seed, resamples,
-                                                           target, progress, alpha, log_path, settings, qat_steps)
+                                                           target, progress, alpha, log_path, settings)
     except KeyboardInterrupt:
         kept = (f"; the finished steps are kept in {log_path}: run the same command again to resume"
                 if log_path is not None and log_path.is_file() else "; give --out DIR to keep finished steps")
@@ -159,7 +159,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
            max_examples: int | None, block_ids: list[int] | None, calib_size: int, seed: int, resamples: int,
            target: str, progress: Any, alpha: float = ALPHA, log_path: Path | None = None,
-           settings: dict[str, Any] | None = None, qat_steps: int = 0) -> tuple[Any, dict[str, Any], list[str], Any]:
+           settings: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], list[str], Any]:
     from precisionlab.cli.ptq import CALIB_SEQ_LEN, load_causal_lm, warning_lines
     from precisionlab.eval.overlap import BUILTIN, calibration_data  # checked in COMMAND
     from precisionlab.ptq import token_batches
@@ -170,6 +170,7 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
         warnings.simplefilter("always")
         calibration = token_batches(loaded.tokenizer, calibration_data(BUILTIN), calib_size, CALIB_SEQ_LEN)
         methods: dict[str, Any] = {}
+        qat_steps = int((settings or {}).get("qat_steps", 0))  # --qat-steps (in the log's identity too)
         if qat_steps:
             from precisionlab.qat.ladder_step import QATStep
 
