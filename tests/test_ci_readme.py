@@ -125,8 +125,7 @@ def torch_install_mentions() -> dict[str, list[str]]:
 def test_every_torch_install_line_is_the_cpu_index_one() -> None:
     """The README, the docs, pyproject's comment and every hint the CLI prints give PyTorch's documented CPU-only
     line (its CPU wheel index); the extra, the constraints and CI's peer pin the same version."""
-    from precisionlab.models.peers import TORCH_HINT
-    from precisionlab.peers import INSTALL_HINTS, TORCH_CPU_INDEX, TORCH_INSTALL, TORCH_VERSION
+    from precisionlab.peers import INSTALL_HINTS, TORCH_CPU_INDEX, TORCH_HINT, TORCH_INSTALL, TORCH_VERSION
 
     expected = f"pip install torch=={TORCH_VERSION} --index-url https://download.pytorch.org/whl/cpu"
     assert expected == TORCH_INSTALL

@@ -76,12 +76,12 @@ def stand_in(find_spec: Any, name: str) -> Any:
 
 
 @pytest.mark.parametrize(("peer", "message"), [
-    ("transformers", "need transformers, which is not installed: pip install 'precisionlab[models]'"),
-    ("torch", "need torch, which is not installed: pip install torch==2.13.0"),
+    ("transformers", "transformers is not installed: pip install 'precisionlab[models]'"),
+    ("torch", "torch is not installed: pip install torch==2.13.0"),
 ])
 def test_a_missing_peer_names_its_install(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
                                           peer: str, message: str) -> None:
-    from precisionlab.models import peers
+    from precisionlab import peers
 
     (tmp_path / "config.json").write_text("{}")
     real = peers.importlib.util.find_spec

@@ -89,6 +89,7 @@ def test_the_w8a8_layer_error_counts_the_activation_quantization() -> None:
     assert measured == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.slow  # about 20 s of a loaded 2-core machine; the suite stays within its time
 def test_a_row_folded_layer_is_judged_in_the_original_output_coordinates() -> None:
     """AWQ divides up_proj's output rows by the down_proj group's scales r; its error is measured after scaling
     both outputs back by r: ||(x' Q^T - x' W'^T) r|| / ||x' W'^T r||, with x' what up_proj receives in the AWQ

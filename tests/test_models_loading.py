@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from precisionlab.models import loading, packaged, peers
+from precisionlab import peers
+from precisionlab.models import loading, packaged
 from tests.model_helpers import minilm, require_packaged, require_peers, smollm2, smollm2_gguf
 
 
@@ -70,11 +71,11 @@ def test_missing_peer_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peers.importlib.util, "find_spec",  # torch present (a stand-in where it is not installed)
                         lambda name: None if name == "transformers" else
                         real(name) or (importlib.machinery.ModuleSpec(name, None) if name == "torch" else None))
-    with pytest.raises(peers.MissingPeer, match=r"need transformers, which is not installed: pip install "
+    with pytest.raises(peers.MissingPeer, match=r"real models: transformers is not installed: pip install "
                                                 r"'precisionlab\[models\]'"):
         peers.require("torch", "transformers")
     monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ValueError, match=r"need torch, transformers, which are not installed: pip install "
+    with pytest.raises(ValueError, match=r"real models: torch, transformers are not installed: pip install "
                                          r"torch==2\.13\.0"):
         peers.require("torch", "transformers")
 

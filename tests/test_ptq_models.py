@@ -151,6 +151,7 @@ def test_llm_int8_takes_bitsandbytes_token_scale_as_an_option(loaded, data) -> N
             assert a.output_error == b.output_error, a.name
 
 
+@pytest.mark.slow  # about 20 s of a loaded 2-core machine; the suite stays within its time
 def test_kivi_4bit_keeps_kl_on_long_text_within_the_declared_threshold() -> None:
     from precisionlab.ptq.kivi import KIVIConfig, kivi_kl
 

@@ -83,6 +83,12 @@ def test_a_run_is_a_result_export_reads_and_it_resumes(run_cli, tiny_dir: Path, 
     for name, q in stored.items():
         assert np.array_equal(recipe.stored[name].packed, q.packed)
 
+    evaluated = run_cli("eval", "--model", str(tiny_dir), "--from", str(out / "qat.json"), "--tasks", "ppl", "--size",
+                        "0.05", "--threads", "1", "--json")  # eval --from installs the saved codes: the same numbers
+    assert evaluated.exit_code == 0, evaluated.output
+    again = json.loads(evaluated.stdout)["findings"]
+    assert again["eval.ppl.from:qat.difference"] == findings["eval.ppl.qat:int4:g32.difference"]
+
     exported = tmp_path / "ct"
     shipped = run_cli("export", "--model", str(tiny_dir), "--from", str(out / "qat.json"), "--to",
                       "compressed-tensors", "--out", str(exported))

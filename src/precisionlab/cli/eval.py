@@ -2,12 +2,14 @@
 
     precisionlab eval --model smollm2-135m --schemes int8:row,int4:g128,nvfp4,mxfp4 --tasks ppl,choice \\
         --max-drop 1.0 [--size N] [--include PAT ...] [--exclude PAT ...] [--json] [--out DIR]
+    precisionlab eval --model smollm2-135m --from out/recipe.json [--from out/ptq.json] [--schemes int4:g128]
 """
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,10 +25,15 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
               help="Candidates, comma-separated or repeated: a quant scheme (int8:row, int4:g128, nvfp4, mxfp4, "
                    "...), optionally +act=SCHEME (activations, per token) and +kv=SCHEME (KV cache); 'none' keeps "
                    "the weights. Default: int8:row,int4:g128,nvfp4,mxfp4.")
+@click.option("--from", "--recipe", "from_paths", multiple=True, metavar="RESULT",
+              help="A saved result as a candidate, installed as `export --from` ships it (repeatable): a "
+                   "recipe.json (search), a ptq or qat --out JSON or --save .safetensors file, a ladder --out "
+                   "JSON (with --step). With --from and no --schemes, only the saved results are evaluated.")
+@click.option("--step", type=int, default=None, help="With --from a ladder result: the step to evaluate.")
 @click.option("--tasks", "-t", multiple=True,
-              help="Built-in tasks (ppl, choice, generate for causal LMs; retrieval for encoders) and paths to "
-                   "user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval for "
-                   "an encoder).")
+              help="Built-in tasks (ppl, longppl, choice, generate for causal LMs; retrieval for encoders) and "
+                   "paths to user .jsonl / text files, comma-separated or repeated. Default: ppl,choice (retrieval "
+                   "for an encoder).")
 @click.option("--max-drop", type=float, default=1.0, show_default=True,
               help="Threshold declared before the run: percentage points for accuracy-like metrics, percent "
                    "increase for perplexity.")
@@ -53,7 +60,8 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
 @click.option("--findings", "show_findings", is_flag=True,
               help="Also print every finding (key and value) after the tables; --json and --out always hold them.")
 @lab_output_options
-def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_drop: float, size: float,
+def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], step: int | None,
+            tasks: tuple[str, ...], max_drop: float, size: float,
             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
             threads: int | None, speed: bool, show_findings: bool, as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
@@ -64,9 +72,11 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
     from precisionlab.labs import eval as eval_lab
     from precisionlab.models import load_model
 
-    chosen = split_commas(schemes) or list(eval_lab.DEFAULT_SCHEMES)
-    parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
-    if speed:
+    saved = _saved_candidates(from_paths, step)  # a file that is no result fails before the model loads
+    chosen = split_commas(schemes) or ([] if saved else list(eval_lab.DEFAULT_SCHEMES))
+    if chosen:
+        parse_candidates(chosen)  # a bad scheme or threshold fails before the model loads
+    if speed and chosen:
         from precisionlab.eval.speed import kernel_twins
 
         chosen = kernel_twins(chosen)
@@ -74,7 +84,7 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
     check_resamples(resamples)
     task_sizes(size)
     task_names = split_commas(tasks)
-    check_task_names(task_names)
+    check_task_names(task_names, size)
     include = tuple(nonblank(include))
     exclude = tuple(nonblank(exclude))
     excluded: list[str] | None = None
@@ -82,7 +92,7 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
         excluded = [] if [e.lower() for e in exclude] == ["none"] else list(exclude)
     if threads is not None and threads < 1:
         raise click.BadParameter(f"must be a positive integer, got {threads}", param_hint="'--threads'")
-    command = _command(model, chosen, task_names, max_drop, size, include, exclude, dtype, seed)
+    command = _command(model, chosen, task_names, max_drop, size, include, exclude, dtype, seed, from_paths, step)
     with StepProgress() as progress:
         progress.start(f"loading {model}", 0)
         loaded = load_model(model, dtype=dtype, progress=progress.note)
@@ -91,14 +101,17 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
         busy = set_torch_threads(threads)
         if busy:
             progress.note(busy)
-        if speed:  # first: a model it cannot measure fails before the evaluation's minutes
+        if speed and saved:
+            progress.note("--speed times the --schemes candidates; the --from results are evaluated, not timed")
+        if speed and chosen:  # first: a model it cannot measure fails before the evaluation's minutes
             from precisionlab.eval import speed as speed_measure
 
             measured = speed_measure.speed_run(loaded, chosen, include, excluded, threads=threads, progress=progress)
         result = eval_lab.run(model, chosen, task_names, max_drop=max_drop, size=size, include=list(include),
                               exclude=excluded, seed=seed, cache=not no_cache, n_resamples=resamples, dtype=dtype,
-                              command=command, progress=progress, loaded=loaded, examples_dir=out_dir)
-        if speed:
+                              command=command, progress=progress, loaded=loaded, examples_dir=out_dir,
+                              extra=saved)
+        if speed and chosen:
             speed_measure.add_speed(result, measured)
     emit(result, as_json, out_dir, findings=show_findings)
     if not as_json and not show_findings:
@@ -109,10 +122,37 @@ def COMMAND(model: str, schemes: tuple[str, ...], tasks: tuple[str, ...], max_dr
                    f"{out_dir}/eval_layers.jsonl")
 
 
+def _saved_candidates(paths: tuple[str, ...], step: int | None) -> list[Any]:
+    """One candidate per --from file (export.candidate); a bad file or a repeated label is a usage error."""
+    if step is not None and not paths:
+        raise click.BadParameter("selects a step of a --from ladder result; give --from", param_hint="'--step'")
+    from precisionlab.export.candidate import result_candidate
+
+    saved = []
+    for path in nonblank(paths):
+        try:
+            saved.append(result_candidate(path, step))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--from'") from None
+    labels = [c.label for c in saved]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise click.BadParameter(f"two results share the label {twice[0]} (the file name's stem): rename one",
+                                 param_hint="'--from'")
+    return saved
+
+
 def _command(model: str, schemes: list[str], tasks: list[str], max_drop: float, size: float,
-             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int) -> str:
+             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int,
+             from_paths: tuple[str, ...] = (), step: int | None = None) -> str:
     """The command line that reproduces this run (recorded in the results)."""
-    parts = ["precisionlab", "eval", "--model", model, "--schemes", ",".join(schemes)]
+    parts = ["precisionlab", "eval", "--model", model]
+    if schemes:
+        parts += ["--schemes", ",".join(schemes)]
+    for path in from_paths:
+        parts += ["--from", path]
+    if step is not None:
+        parts += ["--step", str(step)]
     if tasks:
         parts += ["--tasks", ",".join(tasks)]
     parts += ["--max-drop", f"{max_drop:g}", "--size", f"{size:g}"]

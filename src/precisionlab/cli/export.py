@@ -71,7 +71,7 @@ def COMMAND(model: str, scheme: str | None, from_path: Path | None, step: int | 
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be a positive integer, got {threads}")
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         peers.torch().set_num_threads(threads)
     with StepProgress() as progress:

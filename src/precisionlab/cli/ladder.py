@@ -66,10 +66,14 @@ QUICK: dict[str, Any] = {"blocks": "1", "examples": 8, "calib_size": 1536}
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the choice data.")
 @click.option("--resamples", type=int, default=10_000, show_default=True, help="Bootstrap resamples.")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's own choice).")
+@click.option("--speed", is_flag=True,
+              help="After the climb, measure every tried step's decode and prefill tokens/s on the real kernel of "
+                   "its scheme against the reference, in one interleaved run (docs/profile.md); the step table "
+                   "gains the decode ratio.")
 @lab_output_options
 def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], examples: int | None, grow: bool,
             max_examples: int | None, blocks: str | None, calib_size: int, alpha: float, quick: bool, qat_steps: int,
-            no_widen: bool, seed: int, resamples: int, threads: int | None, as_json: bool,
+            no_widen: bool, seed: int, resamples: int, threads: int | None, speed: bool, as_json: bool,
             out_dir: Path | None) -> None:
     """Climb from the cheapest quantization at --target to the first step that passes the evaluation."""
     from precisionlab.cli.eval import StepProgress
@@ -110,7 +114,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 
     check_calibration(calibration_data(BUILTIN), task_names, option="the ladder's calibration data")
     if threads is not None:
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         peers.torch().set_num_threads(threads)
     log_path = out_dir / STEPS_NAME if out_dir is not None else None
@@ -124,6 +128,13 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
             result, loaded_info, lines, evaluator = _climb(model, steps, task_names, max_drop, examples, grow,
                                                            max_examples, block_ids, calib_size, seed, resamples,
                                                            target, progress, alpha, log_path, settings)
+            measured = None
+            if speed and result.steps:
+                from precisionlab.ptq.ladder.speed import ladder_speed
+
+                progress.start("speed: every tried step on its kernel, against the reference", 0)
+                measured = ladder_speed(evaluator, result, threads=threads, progress=progress)
+                progress.done("speed measured")
     except KeyboardInterrupt:
         kept = (f"; the finished steps are kept in {log_path}: run the same command again to resume"
                 if log_path is not None and log_path.is_file() else "; give --out DIR to keep finished steps")
@@ -136,10 +147,10 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         "grow": grow, "max_examples": result.max_examples, "blocks": blocks or "all", "calib_size": calib_size,
         "seed": seed, "alpha": float(alpha), "qat_steps": qat_steps, "widen": not no_widen,
         "command": _command(model, target, max_drop, task_names, examples, grow, max_examples, blocks, calib_size,
-                            alpha, qat_steps, no_widen)}
+                            alpha, qat_steps, no_widen) + (" --speed" if speed else "")}
     from precisionlab.labs.ladder import ladder_lab
 
-    lab = ladder_lab(result, params, loaded_info)
+    lab = ladder_lab(result, params, loaded_info, speed=measured)
     from precisionlab.cli.common import current_outputs
     from precisionlab.export.ladder import step_findings
 

@@ -33,7 +33,7 @@ def set_torch_threads(threads: int | None) -> str | None:
     Why: torch's threads (OpenMP) meet at the end of every operation, so one the machine does not schedule stalls
     the others. On the 2-core development machine at a load average of 9-11, torch's default of 2 threads ran
     the choice reference pass 6x slower than 1 thread (benchmarks/bench_eval_threads.py, docs/eval.md)."""
-    from precisionlab.models import peers
+    from precisionlab import peers
 
     if threads is not None:
         if threads < 1:

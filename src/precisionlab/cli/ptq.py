@@ -219,7 +219,7 @@ def COMMAND(model: str, method: str | None, scheme: str | None, blocks: str | No
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be a positive integer, got {threads}")
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         peers.torch().set_num_threads(threads)
     evaluate_tasks = not no_eval

@@ -108,7 +108,7 @@ def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int 
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be a positive integer, got {threads}")
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         peers.torch().set_num_threads(threads)
     from precisionlab.qat.train import Interrupted

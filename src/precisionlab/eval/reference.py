@@ -20,7 +20,7 @@ import numpy as np
 from precisionlab._atomic import atomic_write_with
 from precisionlab.models.loading import cache_root
 
-REFERENCE_FORMAT = 1
+REFERENCE_FORMAT = 2
 """Bumped whenever what a reference entry holds, or how it is computed, changes."""
 
 

@@ -39,11 +39,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from precisionlab.eval import scoring, stats
+from precisionlab import peers
+from precisionlab.eval import ppl_task, scoring, stats
 from precisionlab.eval.candidates import LLAMACPP, Candidate
 from precisionlab.eval.reference import load_reference, ragged, reference_key, save_reference, unragged
 from precisionlab.eval.tasks import TaskSpec
-from precisionlab.models import peers
 
 PPL_MAX_TOKENS = 512
 """Tokens scored per perplexity document (the built-in documents have about 250)."""
@@ -100,6 +100,8 @@ class Outcome:
     """Intervals of the candidate's agreement with the reference (kl, top1_agreement, cosine, ...)."""
     per_example: dict[str, list[Any]]
     seconds: float = 0.0
+    damage: Any = None
+    """Perplexity tasks: where the damage lands (eval.damage.Damage)."""
 
 
 @dataclass
@@ -251,7 +253,8 @@ def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskS
     model_info = {"name": loaded.name, "kind": loaded.kind, "source": loaded.source, "form": loaded.form,
                   "fingerprint": loaded.fingerprint, "dtype": loaded.dtype, "parameters": loaded.parameters,
                   "bytes": loaded.nbytes, "grid_note": loaded.grid_note, "source_types": dict(loaded.source_types),
-                  "load_seconds": loaded.load_seconds, "loaded_from_cache": loaded.from_cache}
+                  "load_seconds": loaded.load_seconds, "loaded_from_cache": loaded.from_cache,
+                  "max_length": loaded.max_length}
     return EvalRun(model_info, candidate_runs, runs, float(max_drop), settings, time.perf_counter() - start)
 
 
@@ -405,9 +408,9 @@ def _layer_output_error(loaded: Any, report: Any, probe: Any) -> tuple[float, di
 
 
 # --------------------------------------------------------------------------- reference
-def _settings_for(spec: TaskSpec, limits: Limits) -> dict[str, Any]:
-    if spec.kind == "ppl":  # the batching too: a different batch changes the logits in their last bits
-        return {"max_tokens": limits.ppl_max_tokens, "top_k": scoring.KL_TOP_K, "batch": scoring.PPL_TOKEN_BUDGET}
+def _settings_for(spec: TaskSpec, limits: Limits, max_length: int) -> dict[str, Any]:
+    if spec.kind == "ppl":
+        return ppl_task.settings(spec, limits, max_length)
     if spec.kind == "generate":
         return {"new_tokens": limits.generate_new_tokens, "batch": scoring.GENERATE_BATCH}
     if spec.kind == "retrieval":
@@ -422,7 +425,7 @@ def _causal(loaded: Any, make_cache: Callable[[], Any] | None = None) -> scoring
 def _reference(loaded: Any, spec: TaskSpec, use_cache: bool, cache_dir: Path | None, progress: Progress,
                limits: Limits) -> TaskRun:
     began = time.perf_counter()
-    key = reference_key(loaded.fingerprint, spec.kind, spec.fingerprint, _settings_for(spec, limits))
+    key = reference_key(loaded.fingerprint, spec.kind, spec.fingerprint, _settings_for(spec, limits, loaded.max_length))
     arrays = load_reference(key, cache_dir) if use_cache else None
     cached = arrays is not None
     if arrays is None:
@@ -442,10 +445,7 @@ def reference_pass(loaded: Any, spec: TaskSpec, advance: scoring.Advance,
     """The reference model's raw outputs for one task (what the cache stores)."""
     items = spec.items
     if spec.kind == "ppl":
-        lm = _causal(loaded)
-        scores = scoring.score_ppl(lm, scoring.ppl_sequences(lm, [d.text for d in items], limits.ppl_max_tokens),
-                                   advance=advance)
-        return {"nll": scores.nll, "tokens": scores.tokens, **scores.reference}
+        return ppl_task.reference_arrays(_causal(loaded), spec, limits, advance)
     if spec.kind == "choice":
         choice = scoring.score_choice(_causal(loaded), items, advance)
         flat = ragged(choice.loglik, np.float64)
@@ -510,19 +510,9 @@ def _candidate_outcome(loaded: Any, run: TaskRun, label: str, make_cache: Callab
     groups = spec.groups
     options: dict[str, Any] = {"groups": groups, "n_resamples": n_resamples, "seed": seed, "confidence": confidence}
     if spec.kind == "ppl":
-        lm = _causal(loaded, make_cache)
-        sequences = scoring.ppl_sequences(lm, [d.text for d in spec.items], limits.ppl_max_tokens)
-        scores = scoring.score_ppl(lm, sequences, reference=arrays, advance=progress.advance)
-        assert scores.kl is not None and scores.agree is not None
-        ppl = math.exp(float(scores.nll.sum()) / float(scores.tokens.sum()))
-        comparison = stats.compare_perplexity(arrays["nll"], scores.nll, arrays["tokens"], max_drop,
-                                              cand_tokens=scores.tokens, **options)
-        kl = stats.bootstrap_ratio(scores.kl, scores.tokens, **options)
-        agree = stats.bootstrap_ratio(scores.agree, scores.tokens, percent=True, **options)
-        per_example = {"nll": scores.nll.tolist(), "tokens": scores.tokens.astype(int).tolist(),
-                       "kl_sum": scores.kl.tolist(), "top1_agree": scores.agree.astype(int).tolist()}
-        return Outcome(label, {"ppl": ppl, "kl": kl.estimate, "top1_agreement": agree.estimate},
-                       {"ppl": comparison}, {"kl": kl, "top1_agreement": agree}, per_example)
+        metrics, comparisons, extras, per_example, found = ppl_task.candidate(
+            _causal(loaded, make_cache), spec, arrays, max_drop, options, progress.advance, limits)
+        return Outcome(label, metrics, comparisons, extras, per_example, damage=found)
     if spec.kind == "choice":
         choice = scoring.score_choice(_causal(loaded, make_cache), spec.items, progress.advance)
         acc = stats.compare_scores(arrays["acc"], choice.acc, max_drop, **options)

@@ -14,7 +14,10 @@ with q_rest the candidate's probability of every token outside the reference's t
 coarsened to K tokens plus one "other" bucket: a lower bound of the full-vocabulary KL
 (chain rule: the full KL adds p_rest times the KL of the two tails), which keeps the cached
 reference at K values per token instead of the whole vocabulary. Top-1 agreement: the
-candidate's argmax equals the reference's.
+candidate's argmax equals the reference's. A document longer than a scoring window is scored in
+sliding windows (`ppl_windows`): every token once, with at least window - stride tokens of
+context after the first window. Beside the per-document sums, every scored token keeps its
+position, target, NLL and KL (`PplScores.token`, for eval.damage).
 
 Multiple choice, scored as lm-evaluation-harness does (`TemplateLM._encode_pair`,
 `loglikelihood`): trailing whitespace of the context moves to the continuation, context and
@@ -47,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.models import peers
+from precisionlab import peers
 
 KL_TOP_K = 1024
 """Reference log-probabilities kept per token for the KL (see the module docstring). On SmolLM2 the
@@ -121,6 +124,13 @@ class CausalLM:
 
 
 # --------------------------------------------------------------------------- perplexity / KL
+TOP_SHOWN = 3
+"""The candidate's most likely tokens kept per scored token (for the worst examples of eval.damage)."""
+ROW_CHUNK = 512
+"""Rows of one window turned into log-probabilities at a time (a long window's transient stays at this many
+vocabulary-wide rows; a window of at most this many targets is one chunk, as before windows existed)."""
+
+
 @dataclass
 class PplScores:
     """Per document: summed NLL (nats) and token counts; with a reference, summed KL and top-1 matches."""
@@ -130,12 +140,59 @@ class PplScores:
     kl: np.ndarray | None = None
     agree: np.ndarray | None = None
     reference: dict[str, np.ndarray] = field(default_factory=dict)
-    """For a reference pass: top_ids (T, K) int32, top_logp (T, K) float32, rest_logp (T,) float64."""
+    """For a reference pass: top_ids (T, K) int32, top_logp (T, K) float32, rest_logp (T,) float64 and token_nll
+    (T,) float64, the NLL of each scored token."""
+    token: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per scored token, documents in order: position (int32, its index in the window the model saw: the prefix
+    token is 0) and target (int64, the token id); for a candidate also nll and kl (float64), top_ids (T, TOP_SHOWN)
+    int64 and top_logp (T, TOP_SHOWN) float32 of its most likely tokens."""
 
 
-def ppl_sequences(lm: CausalLM, texts: Sequence[str], max_tokens: int) -> list[list[int]]:
-    """[prefix] + tokens of each text, at most max_tokens + 1 long (so max_tokens tokens are scored)."""
-    limit = min(max_tokens, lm.max_length - 1)
+@dataclass(frozen=True)
+class Piece:
+    """One forward of perplexity scoring: sequence[start:stop] of document `doc`, scoring the targets at sequence
+    indices first .. stop-1 (each predicted from the logits one row before it)."""
+
+    doc: int
+    start: int
+    stop: int
+    first: int
+
+
+def ppl_windows(lengths: Sequence[int], window: int | None = None, stride: int | None = None) -> list[Piece]:
+    """The forwards that score every target (sequence index 1 .. length-1) of each sequence exactly once.
+
+    A sequence of at most `window` tokens (or any, when window is None) is one piece. A longer one is cut into
+    windows starting at 0, stride, 2 stride, ... (each `window` tokens, the last one ending at the sequence's end);
+    each window scores the targets after those the previous window scored, so a target scored by window k >= 1 has
+    at least window - stride tokens of context, and the first window's targets have all of theirs."""
+    if window is not None:
+        if window < 2:
+            raise ValueError(f"a scoring window needs at least 2 tokens, got {window}")
+        stride = window // 2 if stride is None else stride
+        if not 1 <= stride <= window - 1:
+            raise ValueError(f"the stride must lie in 1 .. window - 1 = {window - 1}, got {stride}")
+    pieces = []
+    for doc, length in enumerate(lengths):
+        if length < 2:
+            raise ValueError("a perplexity sequence needs the prefix token and at least one token")
+        if window is None or length <= window:
+            pieces.append(Piece(doc, 0, length, 1))
+            continue
+        assert stride is not None
+        scored, start = 0, 0
+        while scored < length - 1:
+            stop = min(start + window, length)
+            pieces.append(Piece(doc, start, stop, scored + 1))
+            scored = stop - 1
+            start += stride
+    return pieces
+
+
+def ppl_sequences(lm: CausalLM, texts: Sequence[str], max_tokens: int, windowed: bool = False) -> list[list[int]]:
+    """[prefix] + tokens of each text, at most max_tokens + 1 long (so max_tokens tokens are scored); without
+    `windowed` also cut to the model's context (max_length - 1 tokens), with it the windows keep to the context."""
+    limit = max_tokens if windowed else min(max_tokens, lm.max_length - 1)
     sequences = []
     for text in texts:
         ids = lm.encode(text)[:limit]
@@ -160,61 +217,112 @@ def _ppl_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return batches
 
 
+class _Accumulator:
+    """Where score_ppl writes: per document sums, per token arrays (see PplScores)."""
+
+    def __init__(self, sequences: Sequence[Sequence[int]], reference: dict[str, np.ndarray] | None, top_k: int,
+                 vocab: int) -> None:
+        n = len(sequences)
+        targets = [len(s) - 1 for s in sequences]
+        self.offsets = np.concatenate([[0], np.cumsum(targets)]).astype(np.int64)
+        total = int(self.offsets[-1])
+        self.tokens = np.asarray(targets, dtype=np.float64)
+        self.nll = np.zeros(n)
+        self.candidate = reference is not None
+        self.kl = np.zeros(n) if self.candidate else None
+        self.agree = np.zeros(n) if self.candidate else None
+        self.token: dict[str, np.ndarray] = {
+            "position": np.zeros(total, dtype=np.int32),
+            "target": np.concatenate([np.asarray(s[1:], dtype=np.int64) for s in sequences]) if n else
+            np.zeros(0, dtype=np.int64)}
+        self.ref: dict[str, np.ndarray] = {}
+        if self.candidate:
+            self.token.update(nll=np.zeros(total), kl=np.zeros(total),
+                              top_ids=np.zeros((total, min(TOP_SHOWN, vocab)), dtype=np.int64),
+                              top_logp=np.zeros((total, min(TOP_SHOWN, vocab)), dtype=np.float32))
+        else:
+            self.ref = {"top_ids": np.zeros((total, top_k), dtype=np.uint16 if vocab <= 1 << 16 else np.int32),
+                        "top_logp": np.zeros((total, top_k), dtype=np.float32),
+                        "rest_logp": np.zeros(total, dtype=np.float64),
+                        "token_nll": np.zeros(total, dtype=np.float64)}
+
+    def scores(self) -> PplScores:
+        return PplScores(self.nll, self.tokens, self.kl, self.agree, self.ref, self.token)
+
+
 def score_ppl(lm: CausalLM, sequences: Sequence[Sequence[int]], reference: dict[str, np.ndarray] | None = None,
-              top_k: int = KL_TOP_K, advance: Advance = _noop) -> PplScores:
-    """Score every sequence; without a reference, also return the reference's top-K arrays."""
+              top_k: int = KL_TOP_K, advance: Advance = _noop, window: int | None = None,
+              stride: int | None = None) -> PplScores:
+    """Score every sequence (in the pieces of `ppl_windows(lengths, window, stride)`); without a reference, also
+    return the reference's top-K arrays. advance(n): n more documents have all their pieces scored."""
     torch = peers.torch()
-    n = len(sequences)
-    lengths = [len(s) for s in sequences]
-    targets_per_doc = [length - 1 for length in lengths]
-    offsets = np.concatenate([[0], np.cumsum(targets_per_doc)]).astype(np.int64)
-    total = int(offsets[-1])
-    nll = np.zeros(n)
-    kl = np.zeros(n) if reference is not None else None
-    agree = np.zeros(n) if reference is not None else None
-    ref_out: dict[str, np.ndarray] = {}
+    vocab = vocab_size(lm)
     if reference is None:
-        top_k = min(top_k, _vocab(lm))
-        ref_out = {"top_ids": np.zeros((total, top_k), dtype=np.uint16 if _vocab(lm) <= 1 << 16 else np.int32),
-                   "top_logp": np.zeros((total, top_k), dtype=np.float32),
-                   "rest_logp": np.zeros(total, dtype=np.float64)}
+        top_k = min(top_k, vocab)
+    acc = _Accumulator(sequences, reference, top_k, vocab)
+    pieces = ppl_windows([len(s) for s in sequences], window, stride)
+    left = np.bincount([p.doc for p in pieces], minlength=len(sequences))
+    lengths = [p.stop - p.start for p in pieces]
     with torch.inference_mode():
         for batch in _ppl_batches(lengths, PPL_TOKEN_BUDGET):
             width = max(lengths[i] for i in batch)
             ids = torch.full((len(batch), width), lm.pad_id, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):
-                ids[row, : lengths[i]] = torch.tensor(sequences[i])
+                piece = pieces[i]
+                ids[row, : lengths[i]] = torch.tensor(sequences[piece.doc][piece.start : piece.stop])
                 mask[row, : lengths[i]] = 1
             logits = lm.forward(ids, mask, lm.cache())
+            finished = 0
             for row, i in enumerate(batch):
-                count = targets_per_doc[i]
-                logp = torch.log_softmax(logits[row, :count].float(), dim=-1)
-                target = ids[row, 1 : count + 1]
-                nll[i] = -float(logp.gather(1, target[:, None]).double().sum())
-                span = slice(int(offsets[i]), int(offsets[i + 1]))
-                if reference is None:
-                    top = logp.topk(top_k, dim=-1)
-                    ref_out["top_ids"][span] = top.indices.numpy().astype(ref_out["top_ids"].dtype)
-                    ref_out["top_logp"][span] = top.values.numpy()
-                    ref_out["rest_logp"][span] = _rest_logp(logp, top.indices)
-                else:
-                    top_ids = torch.from_numpy(reference["top_ids"][span].astype(np.int64))
-                    p_log = torch.from_numpy(reference["top_logp"][span]).double()
-                    p_rest = torch.from_numpy(reference["rest_logp"][span])
-                    q_log = logp.gather(1, top_ids).double()
-                    matches = float((logp.argmax(dim=-1) == top_ids[:, 0]).sum())
-                    q_rest = torch.from_numpy(_rest_logp(logp, top_ids))
-                    per_token = (p_log.exp() * (p_log - q_log)).sum(dim=1) + _xlogx_ratio(p_rest, q_rest)
-                    assert kl is not None and agree is not None
-                    kl[i] = float(per_token.clamp_min(0.0).sum())
-                    agree[i] = matches
+                piece = pieces[i]
+                skip = piece.first - 1 - piece.start  # rows of context only
+                count = piece.stop - piece.first
+                for begin in range(0, count, ROW_CHUNK):
+                    rows = range(skip + begin, skip + min(begin + ROW_CHUNK, count))
+                    _score_rows(torch, acc, reference, top_k, piece, logits[row], ids[row], rows)
+                left[piece.doc] -= 1
+                finished += int(left[piece.doc] == 0)
             del logits
-            advance(len(batch))
-    return PplScores(nll, np.asarray(targets_per_doc, dtype=np.float64), kl, agree, ref_out)
+            advance(finished)
+    return acc.scores()
 
 
-def _vocab(lm: CausalLM) -> int:
+def _score_rows(torch: Any, acc: _Accumulator, reference: dict[str, np.ndarray] | None, top_k: int, piece: Piece,
+                logits: Any, ids: Any, rows: range) -> None:
+    """Score the targets predicted by `rows` of one piece's logits into the accumulator."""
+    logp = torch.log_softmax(logits[rows.start : rows.stop].float(), dim=-1)
+    target = ids[rows.start + 1 : rows.stop + 1]
+    token_logp = logp.gather(1, target[:, None])[:, 0].double()
+    doc = piece.doc
+    acc.nll[doc] += -float(token_logp.sum())
+    base = int(acc.offsets[doc]) + piece.start - 1  # global token index of sequence index 0 of this piece
+    span = slice(base + rows.start + 1, base + rows.stop + 1)
+    acc.token["position"][span] = np.arange(rows.start + 1, rows.stop + 1, dtype=np.int32)
+    if reference is None:
+        acc.ref["token_nll"][span] = -token_logp.numpy()
+        top = logp.topk(top_k, dim=-1)
+        acc.ref["top_ids"][span] = top.indices.numpy().astype(acc.ref["top_ids"].dtype)
+        acc.ref["top_logp"][span] = top.values.numpy()
+        acc.ref["rest_logp"][span] = _rest_logp(logp, top.indices)
+        return
+    assert acc.kl is not None and acc.agree is not None
+    top_ids = torch.from_numpy(reference["top_ids"][span].astype(np.int64))
+    p_log = torch.from_numpy(reference["top_logp"][span]).double()
+    p_rest = torch.from_numpy(reference["rest_logp"][span])
+    q_log = logp.gather(1, top_ids).double()
+    acc.agree[doc] += float((logp.argmax(dim=-1) == top_ids[:, 0]).sum())
+    shown = logp.topk(acc.token["top_ids"].shape[1], dim=-1)
+    acc.token["top_ids"][span] = shown.indices.numpy()
+    acc.token["top_logp"][span] = shown.values.numpy()
+    q_rest = torch.from_numpy(_rest_logp(logp, top_ids))
+    per_token = ((p_log.exp() * (p_log - q_log)).sum(dim=1) + _xlogx_ratio(p_rest, q_rest)).clamp_min(0.0)
+    acc.kl[doc] += float(per_token.sum())
+    acc.token["nll"][span] = -token_logp.numpy()
+    acc.token["kl"][span] = per_token.numpy()
+
+
+def vocab_size(lm: CausalLM) -> int:
     return int(lm.model.get_output_embeddings().weight.shape[0])
 
 

@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from precisionlab.models import kernels, peers
+from precisionlab import peers
+from precisionlab.models import kernels
 from precisionlab.results import Part, Scalar, Table
 
 PROMPT_TOKENS = 128
@@ -292,20 +293,21 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def speed_part(run: SpeedRun) -> Part:
+def speed_part(run: SpeedRun, prefix: str = "eval.speed") -> Part:
     """The `speed` table and findings eval.speed.<label>.decode_tokens_per_s / .prefill_tokens_per_s /
     .decode_ratio (with .decode_ratio_min / .decode_ratio_max) / .prefill_ratio (with min / max) / .kernel,
     plus .kernel_bytes, .bound_fraction, .kl_to_emulation, and .note (and .runs_as) for a row without a
-    kernel; eval.speed.reference.*; eval.speed.threads / prompt_tokens / new_tokens / repetitions."""
-    findings: dict[str, Scalar] = {f"eval.speed.{k}": v for k, v in run.settings.items()
+    kernel; eval.speed.reference.*; eval.speed.threads / prompt_tokens / new_tokens / repetitions (`prefix`
+    replaces eval.speed: the ladder's are ladder.speed.<step>...)."""
+    findings: dict[str, Scalar] = {f"{prefix}.{k}": v for k, v in run.settings.items()
                                    if k in ("threads", "prompt_tokens", "new_tokens", "repetitions")}
     ref_decode, ref_prefill = _median(run.reference_decode), _median(run.reference_prefill)
-    findings["eval.speed.reference.decode_tokens_per_s"] = ref_decode
-    findings["eval.speed.reference.prefill_tokens_per_s"] = ref_prefill
+    findings[f"{prefix}.reference.decode_tokens_per_s"] = ref_decode
+    findings[f"{prefix}.reference.prefill_tokens_per_s"] = ref_prefill
     rows: list[list[Scalar]] = [["reference", "torch fp32 matmul", None, None, ref_decode, 1.0, None, None,
                                  ref_prefill, 1.0, None, None, None, ""]]
     for row in run.rows:
-        key = f"eval.speed.{row.label}"
+        key = f"{prefix}.{row.label}"
         findings[f"{key}.kernel"] = row.kernel or "none"
         if row.kernel is None:
             findings[f"{key}.note"] = row.note

@@ -1,6 +1,8 @@
 """Task specs: the built-in tasks (from pydoc_data.topics) and user files, resolved to data.
 
     ppl         held-out text: perplexity, KL(reference || candidate), top-1 agreement   (causal LM)
+    longppl     the same on documents of several thousand tokens, scored in sliding
+                windows (LONG_WINDOW tokens or the model's context, stride half of it)   (causal LM)
     choice      multiple choice by log-likelihood, acc and acc_norm                      (causal LM)
     generate    greedy generation, exact match with the reference's output               (causal LM)
     retrieval   first half of a passage retrieves its second half: accuracy@1,
@@ -20,10 +22,15 @@ from typing import Any
 
 from precisionlab.eval import data
 
-BUILTIN_TASKS = ("ppl", "choice", "generate", "retrieval")
-CAUSAL_TASKS = ("ppl", "choice", "generate")
+BUILTIN_TASKS = ("ppl", "longppl", "choice", "generate", "retrieval")
+CAUSAL_TASKS = ("ppl", "longppl", "choice", "generate")
 ENCODER_TASKS = ("retrieval",)
 DEFAULT_TASKS = {"causal-lm": ("ppl", "choice"), "encoder": ("retrieval",)}
+LONG_WINDOW = 4096
+"""Longest scoring window of `longppl` (tokens, the prefix included); a model with a shorter context scores in
+windows of its context. The stride is half the window: every token has at least half a window of context."""
+LONG_MAX_TOKENS = 8192
+"""Tokens scored per `longppl` document at most (the built-in long documents have 5.5k-6.3k)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,11 @@ class TaskSpec:
     items: tuple[Any, ...]
     source: str
     """"builtin" or the user file's path."""
+    window: int | None = None
+    """Perplexity tasks scored in sliding windows: the longest window (None: each document in one forward, cut to
+    the model's context)."""
+    max_tokens: int | None = None
+    """Tokens scored per document (None: the run's Limits.ppl_max_tokens)."""
 
     @property
     def ids(self) -> list[str]:
@@ -57,6 +69,11 @@ def builtin_task(name: str, size: float = 1.0, seed: int = 0) -> TaskSpec:
     items: Sequence[Any]
     if name == "ppl":
         items = data.ppl_documents(split, sizes.ppl_documents)
+    elif name == "longppl":
+        from precisionlab.eval.data.long_documents import LONG_DOCUMENTS, long_documents
+
+        items = long_documents(split, max(2, round(LONG_DOCUMENTS * size)))
+        return TaskSpec(name, "ppl", tuple(items), "builtin", window=LONG_WINDOW, max_tokens=LONG_MAX_TOKENS)
     elif name == "choice":
         items = data.choice_examples(split, sizes.choice_examples, seed=seed)
     elif name == "generate":
@@ -68,10 +85,13 @@ def builtin_task(name: str, size: float = 1.0, seed: int = 0) -> TaskSpec:
     return TaskSpec(name, name, tuple(items), "builtin")
 
 
-def check_task_names(names: Sequence[str]) -> None:
-    """Read every user task file now (a bad line is a one-line ValueError before any model loads)."""
+def check_task_names(names: Sequence[str], size: float = 1.0) -> None:
+    """Read every user task file now (a bad line is a one-line ValueError before any model loads), and build
+    longppl's documents at `size` (more than the built-in text holds is a ValueError, before loading too)."""
     for name in names:
         name = name.strip()
+        if name == "longppl":
+            builtin_task(name, size)
         if name and name not in BUILTIN_TASKS:
             path = Path(name).expanduser()
             if not path.is_file():

@@ -95,7 +95,7 @@ def verify_gguf(path: Path, plan: Any, state: dict[str, np.ndarray], reload: boo
     if reload:
         import transformers
 
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         with peers.quiet(), contextlib.redirect_stderr(io.StringIO()):  # transformers' own tqdm bar
             model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
@@ -136,7 +136,7 @@ def verify_compressed(folder: Path, plan: Any, state: dict[str, np.ndarray], rel
     if reload:
         import transformers
 
-        from precisionlab.models import peers
+        from precisionlab import peers
 
         with peers.quiet(), contextlib.redirect_stderr(io.StringIO()):
             model = transformers.AutoModelForCausalLM.from_pretrained(

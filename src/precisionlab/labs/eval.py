@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab.labs import Lab
+from precisionlab.labs.eval_damage import damage_parts, divergence_findings, verdict_table
 from precisionlab.peers import TORCH_INSTALL, optional_import
 from precisionlab.results import INTERVAL_STYLE, Figure, LabResult, Scalar, Series, Table
 
@@ -45,8 +46,10 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
         max_drop: float = 1.0, size: float = 1.0, include: Sequence[str] = (), exclude: Sequence[str] | None = None,
         seed: int = 0, cache: bool = True, cache_dir: Path | None = None, n_resamples: int = 10_000,
         dtype: str = "float32", command: str | None = None, progress: Any = None, loaded: Any = None,
-        examples_dir: Path | None = None) -> LabResult:
+        examples_dir: Path | None = None, extra: Sequence[Any] = ()) -> LabResult:
     """Evaluate `model` under each scheme on each task (see the module docstring).
+
+    `extra`: prepared candidates evaluated after the schemes (a saved result: export.candidate).
 
     `loaded` (a models.LoadedModel) skips loading; `examples_dir` also receives the per-example
     JSONL files (eval_<task>_examples.jsonl) and the per-layer records (eval_layers.jsonl)."""
@@ -55,7 +58,7 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
     from precisionlab.eval.tasks import resolve_tasks
     from precisionlab.models import load_model
 
-    candidates = parse_candidates(list(schemes))
+    candidates = [*parse_candidates(list(schemes)), *extra] if schemes else list(extra)
     runner.check_max_drop(max_drop)  # a bad threshold fails before any loading
     loaded = loaded or load_model(model, dtype=dtype)
     specs = resolve_tasks(list(tasks), loaded.kind, size=size, seed=seed)
@@ -81,9 +84,15 @@ def result_from_run(evaluation: Any, params: dict[str, Scalar], suffix: str = ""
     figures: list[Figure] = []
     findings: dict[str, Scalar] = {}
     by_label = {c.label: c for c in evaluation.candidates}
+    divergence_findings(evaluation, findings)
     for task in evaluation.tasks:
         sections.append(_task_table(evaluation, task, by_label, findings))
         figures.append(_task_figure(evaluation, task, by_label))
+        damage_tables, damage_figures = damage_parts(evaluation, task, findings)
+        sections += damage_tables
+        figures += damage_figures
+    if len(evaluation.tasks) > 1:
+        sections.append(verdict_table(evaluation))
     sections.append(_errors_table(evaluation, suffix))
     title = f"Task-level evaluation: {model['name']} ({model['kind']}, {model['parameters'] / 1e6:.0f}M parameters)"
     summary = _summary(evaluation)
@@ -395,7 +404,7 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
     if threads is None:
         yield
         return
-    from precisionlab.models import peers
+    from precisionlab import peers
 
     torch = peers.torch()
     before = torch.get_num_threads()

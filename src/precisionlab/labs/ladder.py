@@ -4,7 +4,7 @@ among them, marked), a per-task table, the difference-against-bytes figure and t
 Not registered as a lab: the ladder runs a real model for minutes, and `precisionlab run` stays fast. The
 command builds it from `ptq.ladder.run_ladder`'s result; the report renders it like any lab.
 
-    ladder_lab(result, params, model)
+    ladder_lab(result, params, model)                  # speed=SpeedRun (ptq.ladder.speed) adds the decode ratio
 """
 
 from __future__ import annotations
@@ -20,8 +20,19 @@ def _percent(confidence: float) -> str:
     return f"{100 * confidence:.4g} %"
 
 
-def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) -> LabResult:
-    """The ladder's table (one row per step tried, with its evidence, and per skipped rung), findings and plot."""
+def _ratio(value: float) -> Scalar:
+    return "no kernel" if math.isnan(value) else value
+
+
+def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any], speed: Any = None) -> LabResult:
+    """The ladder's table (one row per step tried, with its evidence, and per skipped rung), findings and plot.
+    `speed` (an eval.speed.SpeedRun of the tried steps, labelled by step name) adds the step table's decode
+    ratio column, the speed table and its ladder.speed.<step>.* findings."""
+    ratios: dict[str, float] = {}
+    if speed is not None:
+        from precisionlab.ptq.ladder.speed import step_ratios
+
+        ratios = step_ratios(speed)
     unit = "%"
     first = result.steps[0].outcome.tasks if result.steps else {}
     if first:
@@ -31,7 +42,7 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
     level = _percent(budget.confidence)
     columns = ["step", "name", "scheme", "method", "sensitive in float", "model MB", "bits/weight",
                f"difference ({unit_label})", "CI low", "CI high", "verdict", "examples", "needed", "source grid",
-               "attempts", "seconds"]
+               "attempts", "seconds"] + (["decode ratio"] if speed is not None else [])
     skipped_before: dict[str, list[Any]] = {}
     for s in result.skipped:
         skipped_before.setdefault(s.instead.name, []).append(s)
@@ -41,7 +52,7 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
     def skipped_row(s: Any) -> list[Scalar]:
         return [None, s.step.name, s.step.scheme, s.step.method, "yes" if s.step.keep_sensitive else "no",
                 s.bytes / 1e6, None, None, None, None, f"SKIPPED (dearer than {s.instead.name})", None, None,
-                None, None, None]
+                None, None, None] + ([None] if speed is not None else [])
 
     for r in result.steps:
         rows += [skipped_row(s) for s in skipped_before.get(r.step.name, [])]
@@ -52,7 +63,7 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
         rows.append([r.index, r.step.name, r.step.scheme, r.step.method, "yes" if r.step.keep_sensitive else "no",
                      o.bytes / 1e6, o.bits_per_weight, o.difference, o.ci_low, o.ci_high, verdict, o.examples,
                      o.examples_needed if o.verdict == "inconclusive" else None, o.alignment, len(r.attempts),
-                     r.seconds])
+                     r.seconds] + ([_ratio(ratios.get(r.step.name, math.nan))] if speed is not None else []))
     rows += [skipped_row(s) for s in result.skipped if s.instead.name not in tried]
     stop = result.stopped_at or "none"
     note = (f"Steps in order, cheapest first; the ladder stops at the first PASS (the whole {level} interval on "
@@ -74,7 +85,11 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
     table = Table(key="steps", title=f"Escalation ladder at {result.target}: stopped at {stop}", columns=columns,
                   rows=rows, note=note,
                   formats={"model MB": ".2f", "bits/weight": ".4g", f"difference ({unit_label})": ".3g",
-                           "CI low": ".3g", "CI high": ".3g", "seconds": ".1f"})
+                           "CI low": ".3g", "CI high": ".3g", "seconds": ".1f", "decode ratio": ".3g"})
+    if speed is not None:
+        table.note += (" decode ratio: the step's decode tokens/s on the real kernel of its scheme over the float "
+                       "reference's, median of paired repetitions (the speed table); 'no kernel' where the step runs "
+                       "emulated only.")
     sections = [table]
     tasks = sorted({t for r in result.steps for t in r.outcome.tasks})
     if len(tasks) > 1:
@@ -101,6 +116,12 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any]) ->
                     note=f"each bar: a step's {level} interval, the marker its estimate"
                          + ("; symmetric log scale" if wide else ""))
     findings: dict[str, Scalar] = dict(result.findings())
+    if speed is not None:
+        from precisionlab.eval.speed import speed_part
+
+        part = speed_part(speed, prefix="ladder.speed")
+        sections += part.tables
+        findings.update(part.findings)
     parts = [f"{r.step.name} {r.outcome.difference:+.3g} [{r.outcome.ci_low:+.3g}, {r.outcome.ci_high:+.3g}] "
              f"{r.verdict.upper()}" for r in result.steps]
     summary = f"stopped at {stop}" + ("" if result.stopped_at else f" (remaining option: {result.remaining})")

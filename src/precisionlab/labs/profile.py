@@ -160,8 +160,9 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
     """Decode-step profile of the reference and of the block linears on the fused int4 kernel, alternated
     `rounds` times: the linears' share of a step, and the step speedup beside Amdahl's prediction from the
     measured speedup of the block linears alone."""
+    from precisionlab import peers
     from precisionlab.eval.speed import prompt_ids
-    from precisionlab.models import kernels, peers, profiling
+    from precisionlab.models import kernels, profiling
     from precisionlab.models.weights import linear_layers
 
     torch = peers.torch()
@@ -205,8 +206,14 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
 
 
 # --------------------------------------------------------------------------- the result
-COLUMNS = ["M", "variant", "activations", "ms", "median ms", "profiler ms", "conversion share", "weight MB", "GB/s",
-           "copy fraction", "GFLOP/s", "math", "FLOP fraction", "speedup vs fp32", "rel diff vs own grid"]
+COLUMNS = ["M", "variant", "activations / math", "ms", "median ms", "profiler ms", "conversion share", "weight MB",
+           "GB/s", "copy fraction", "GFLOP/s", "FLOP fraction", "speedup vs fp32", "rel diff vs own grid"]
+"""The layer tables' columns (a model's layers add `layer N×K` first). Activations and the math's precision share
+one column, and a layer's shape its name's, so that the table fits a 1280 px report without scrolling."""
+SHORT = {"float32": "fp32", "bfloat16": "bf16"}
+"""The activations' dtype as the math column spells it."""
+LAYER_TABLE_DROPS = ("median ms", "GFLOP/s")
+"""Columns the model's layer table leaves out, so that it fits a 1280 px report (its FLOP fraction stays)."""
 FORMATS = {"ms": ".4g", "median ms": ".4g", "profiler ms": ".4g", "conversion share": ".3f", "weight MB": ".4g",
            "GB/s": ".4g", "copy fraction": ".3f", "GFLOP/s": ".4g", "FLOP fraction": ".3f", "speedup vs fp32": ".3g",
            "rel diff vs own grid": ".2e"}
@@ -250,12 +257,16 @@ def _rows_part(key: str, title: str, rows: Sequence[Any], machine: Any, base: Ca
                 findings[f"{prefix}.fp32_activations_slowdown"] = r.ms / fast.ms
         else:
             findings.update({f"{base(r)}.{f}": values[f] for f in FINDING_FIELDS})
-        cells: list[Scalar] = [r.m, r.variant, r.activation, r.ms, r.median_ms, r.profiler_ms, r.conversion_share,
-                               r.weight_bytes / 1e6, values["gbps"], values["copy_fraction"], values["gflops"],
-                               MATH.get(shadow.get(r.variant, r.variant), "fp32"), values["flop_fraction"],
+        math_dtype = MATH.get(shadow.get(r.variant, r.variant), "fp32")
+        cells: list[Scalar] = [r.m, r.variant, f"{SHORT.get(r.activation, r.activation)} / {math_dtype}", r.ms,
+                               r.median_ms, r.profiler_ms, r.conversion_share, r.weight_bytes / 1e6, values["gbps"],
+                               values["copy_fraction"], values["gflops"], values["flop_fraction"],
                                values["speedup_vs_fp32"], r.rel_diff]
-        table_rows.append(([r.case, r.n, r.k] if with_layer else []) + cells)
-    columns = (["layer", "N", "K"] if with_layer else []) + COLUMNS
+        if with_layer:  # the widest table: its median and GFLOP/s are left to the single-layer table's note
+            cells = [c for c, name in zip(cells, COLUMNS, strict=True) if name not in LAYER_TABLE_DROPS]
+        head: list[Scalar] = [f"{r.case} {r.n}×{r.k}"] if with_layer else []
+        table_rows.append(head + cells)
+    columns = (["layer N×K", *(c for c in COLUMNS if c not in LAYER_TABLE_DROPS)] if with_layer else COLUMNS)
     return Part([Table(key=key, title=title, columns=columns, rows=table_rows, note=note, formats=FORMATS)],
                 findings=findings)
 
@@ -289,7 +300,8 @@ def assemble(big: Sequence[Any], layers: Sequence[Any], decode: dict[str, float]
     if layers:
         result.add(_rows_part("model_layers", f"{model}'s block-0 linears (their own weights), every variant",
                               layers, machine, lambda r: f"profile.{prefix}.{r.case}.{r.variant}.m{r.m}", True,
-                              "As the table above, on the model's own first-block weights."))
+                              "As the table above, on the model's own first-block weights (without its median ms "
+                              "and GFLOP/s columns; the FLOP fraction is GFLOP/s over the same ceiling)."))
     result.add(lessons_part(big))
     result.add(activations_part([*big, *layers]))
     if decode:

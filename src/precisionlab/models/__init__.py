@@ -13,7 +13,6 @@ this package imports neither.
 from precisionlab.models.hooks import SchemeKV, activation_quantization, cache_kwargs, fake_quantize, quantized_cache
 from precisionlab.models.loading import LoadedModel, cache_root, load_model, resolve, unique_parameters
 from precisionlab.models.packaged import PACKAGED, installed_packaged, packaged_path
-from precisionlab.models.peers import MissingPeer
 from precisionlab.models.weights import (
     DEFAULT_EXCLUDE,
     LayerRecord,
@@ -22,6 +21,7 @@ from precisionlab.models.weights import (
     quantize_weights,
     quantized_weights,
 )
+from precisionlab.peers import MissingPeer
 
 __all__ = [
     "DEFAULT_EXCLUDE",

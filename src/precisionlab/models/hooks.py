@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from precisionlab.models import peers
+from precisionlab import peers
 from precisionlab.models.weights import LINEAR, layer_kind, linear_layers
 from precisionlab.quant import parse_scheme, quantize_dequantize
 

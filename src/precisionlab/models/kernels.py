@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.models import peers
+from precisionlab import peers
 from precisionlab.quant import Granularity, QuantizedTensor, Scheme, parse_scheme, quantize
 from precisionlab.quant.elements import make_codec
 

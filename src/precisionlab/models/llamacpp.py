@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.models import peers
+from precisionlab import peers
 
 
 def linear_types(loaded: Any, report: Any = None, scheme: str | None = None) -> dict[str, str]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from precisionlab.models import peers
+from precisionlab import peers
 from precisionlab.models.packaged import PACKAGED, installed_packaged, packaged_path
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",

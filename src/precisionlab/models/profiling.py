@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.models import kernels, peers
+from precisionlab import peers
+from precisionlab.models import kernels
 
 INT8_SCHEME = "int8:row:scale=bf16"
 INT4_SCHEME = "int4:g128:scale=bf16"

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.models import peers
+from precisionlab import peers
 from precisionlab.models.loading import unique_parameters
 from precisionlab.quant import parse_scheme, quantize
 

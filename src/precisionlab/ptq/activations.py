@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.ptq.peers import as_numpy
+from precisionlab.peers import as_numpy
 
 
 class InputStatistics:

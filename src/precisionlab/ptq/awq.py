@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab.peers import as_numpy
 from precisionlab.ptq.activations import InputStatistics, LayerOutputError, squared_error
-from precisionlab.ptq.peers import as_numpy
 from precisionlab.quant import quantize
 from precisionlab.quant.blocks import layout
 from precisionlab.quant.scheme import Granularity, Scheme, parse_scheme

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from precisionlab import peers
 from precisionlab.ptq.activations import InputStatistics
-from precisionlab.ptq.peers import require_torch
 
 
 class CalibrationWarning(UserWarning):
@@ -91,14 +91,14 @@ def block_calls(model: Any, block: str, batches: Iterable[Any]) -> list[ModuleCa
 
 def next_block_calls(calls: Sequence[ModuleCall], block: Any) -> list[ModuleCall]:
     """The calls of `block` made from the outputs of `calls` (module docstring)."""
-    torch = require_torch("calibration")
+    torch = peers.torch("calibration")
     with torch.no_grad():
         return [call.handed_on(block, call.run()) for call in calls]
 
 
 def token_batches(tokenizer: Any, documents: Iterable[Any], n_tokens: int, seq_len: int = 512) -> list[Any]:
     """Windows of token ids (LongTensor (1, L)) holding n_tokens tokens of the documents' text (module docstring)."""
-    torch = require_torch("calibration")
+    torch = peers.torch("calibration")
     if n_tokens < 1 or seq_len < 1:
         raise ValueError(f"n_tokens and seq_len must be >= 1, got {n_tokens} and {seq_len}")
     eos = getattr(tokenizer, "eos_token_id", None)
@@ -124,7 +124,7 @@ def capture(model: Any, layer_names: Sequence[str], batches: Iterable[Any], *, k
             progress: Callable[[str, int, int], None] | None = None) -> Capture:
     """Statistics of the inputs of `layer_names` over `batches` (see the module docstring);
     `progress("calibration", done, total)` after each batch."""
-    torch = require_torch("calibration")
+    torch = peers.torch("calibration")
     named = dict(model.named_modules())
     missing = [n for n in (*layer_names, *modules) if n not in named]
     if missing:

@@ -46,8 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
+from precisionlab.peers import as_numpy
 from precisionlab.ptq.grid import ColumnGrid, check_columnwise, finite_amax
-from precisionlab.ptq.peers import as_numpy, require_torch
 from precisionlab.quant.scheme import Scheme
 from precisionlab.quant.tensor import QuantizedTensor
 
@@ -113,7 +114,7 @@ def inverse_hessian_factor(hessian: Any, damp: float = DEFAULT_DAMP, damp_growth
 
 def _torch_factor(a: np.ndarray) -> np.ndarray | None:
     """L^-1 for L = chol(a), or None when a is not positive definite."""
-    torch = require_torch("GPTQ")
+    torch = peers.torch("GPTQ")
     lower, info = torch.linalg.cholesky_ex(torch.from_numpy(a))
     if int(info) != 0:
         return None

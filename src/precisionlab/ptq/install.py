@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
 from precisionlab.models.weights import LayerRecord, QuantizationReport, Undo, layer_errors
-from precisionlab.ptq.peers import require_torch
 
 Forward = Callable[[Any], AbstractContextManager[Any]]
 KIVI_PREFILL = 1
@@ -60,7 +60,7 @@ def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str
             forward: Forward | None = None) -> Any:
     """Apply `change(model)`, enter `forward(model)` when given, and return a QuantizationReport that undoes
     both (see the module docstring)."""
-    torch = require_torch("installing weights")
+    torch = peers.torch("installing weights")
     from precisionlab.models.loading import unique_parameters
     from precisionlab.models.weights import layer_kind
 
@@ -165,7 +165,7 @@ def write_weights(model: Any, result: Any) -> None:
     """The weight part of any method's result, in place: the folds (AWQ's, SmoothQuant's), then every quantized
     layer's dequantized weight. For smoothquant and llm_int8 the model is then only half installed: their
     activation quantization runs at forward time (`forward_behaviour`); kivi changes no weight."""
-    torch = require_torch("apply")
+    torch = peers.torch("apply")
     from precisionlab.ptq.structure import fold_scales
 
     modules = dict(model.named_modules())
@@ -183,7 +183,7 @@ def folded_references(model: Any, result: Any) -> tuple[dict[int, Any], dict[int
     the fold whose layers it is in, on its input columns; r: those of the fold it is the previous linear of,
     on its output rows), and id(weight) -> r where there is one. The folded layer computes y' = y diag(1/r)
     from x' = x diag(1/c), so x' W'^T + b/r is its reference and r turns both back into y's coordinates."""
-    torch = require_torch("installing weights")
+    torch = peers.torch("installing weights")
     modules = dict(model.named_modules())
     columns: dict[str, Any] = {}
     rows: dict[str, Any] = {}
@@ -239,7 +239,7 @@ def llm_int8_forward(model: Any, result: Any, sources: Mapping[str, np.ndarray] 
     The fp16 outlier columns multiply the int8 weight dequantized (the default) or, with
     outlier_weights="fp16", `sources[name]`: the original weight (ptq_candidate takes it before the int8
     weights are written)."""
-    torch = require_torch("LLM.int8()")
+    torch = peers.torch("LLM.int8()")
     from precisionlab.ptq.llm_int8 import THRESHOLD, llm_int8_matmul
 
     threshold = float(result.options.get("threshold", THRESHOLD))

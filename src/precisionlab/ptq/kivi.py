@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.ptq.peers import require_torch
+from precisionlab import peers
 
 DEFAULT_BITS = 4
 DEFAULT_GROUP = 32
@@ -93,7 +93,7 @@ def kivi_config(scheme: str | None = None, group: int = DEFAULT_GROUP, residual:
 
 def quantize_groups(x: Any, bits: int, group: int, axis: int) -> Any:
     """KIVI's asymmetric rule (module docstring) over groups of `group` along `axis` (torch, float32 result)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     t = torch.as_tensor(x, dtype=torch.float32)
     moved = t.movedim(axis, -1)
     size = moved.shape[-1]
@@ -141,7 +141,7 @@ def cache_bytes(shape: tuple[int, int, int, int], config: KIVIConfig) -> CacheBy
 
 def kivi_quantize(keys: Any, values: Any, config: KIVIConfig = KIVIConfig()) -> tuple[Any, Any]:
     """(keys_hat, values_hat) of a whole cache (batch, heads, tokens, head_dim), float32 (torch)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     k = torch.as_tensor(keys, dtype=torch.float32)
     v = torch.as_tensor(values, dtype=torch.float32)
     if k.dim() != 4 or k.shape != v.shape:
@@ -160,7 +160,7 @@ def kivi_quantize(keys: Any, values: Any, config: KIVIConfig = KIVIConfig()) -> 
 
 def make_kivi_cache(model: Any, config: KIVIConfig = KIVIConfig()) -> Any:
     """A transformers Cache whose layers store KIVI-quantized states (see `KIVILayer`)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     from transformers.cache_utils import Cache, DynamicLayer
 
     class KIVILayer(DynamicLayer):
@@ -216,7 +216,7 @@ class KIVIResult:
 
 def teacher_forced_logits(model: Any, ids: Any, prefill: int, cache: Any) -> Any:
     """Logits (steps, vocab) at positions prefill-1 .. T-2: prefill, then one token at a time (the text's own)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     from precisionlab.ptq.calibration import cache_keyword
 
     key = cache_keyword(model)
@@ -236,7 +236,7 @@ ATTENTION_NAME = "precisionlab_kivi"
 def _kivi_attention_forward(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                             scaling: float | None = None, dropout: float = 0.0, **kwargs: Any) -> tuple[Any, None]:
     """A transformers attention function (same signature and output as eager_attention_forward)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     settings = getattr(module, "precisionlab_kivi", None)
     if settings is None:
         raise RuntimeError("the KIVI attention runs inside ptq.kivi.kivi_attention(model, ...) only")
@@ -288,7 +288,7 @@ def kivi_attention(model: Any, config: KIVIConfig = KIVIConfig(), prefill: int =
     """Run the model's attention as decoding over a KIVI cache would (module docstring), for forward passes
     over whole texts without a cache; positions before `prefill` attend in full precision. `modules` (attention
     module names) limits KIVI to those layers: the others attend in full precision (None: every layer)."""
-    require_torch("KIVI")
+    peers.torch("KIVI")
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -322,7 +322,7 @@ def kivi_attention(model: Any, config: KIVIConfig = KIVIConfig(), prefill: int =
 def kivi_kl(model: Any, ids: Any, prefill: int, config: KIVIConfig = KIVIConfig()) -> KIVIResult:
     """KL(reference || KIVI) of the next-token distributions at the positions decoded after a prefill of
     `prefill` tokens of `ids` (1, T), against the model's own (two forward passes: `kivi_attention`)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     if ids.dim() != 2 or ids.shape[0] != 1:
         raise ValueError(f"ids must be one sequence of shape (1, T), got {tuple(ids.shape)}")
     if not 0 < prefill < ids.shape[1] - 1:

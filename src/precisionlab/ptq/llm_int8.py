@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from precisionlab.ptq.peers import as_numpy
+from precisionlab.peers import as_numpy
 from precisionlab.quant import quantize
 from precisionlab.quant.tensor import QuantizedTensor
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab.peers import as_numpy
 from precisionlab.ptq.activations import relative_squared_error
 from precisionlab.ptq.awq import rescale
-from precisionlab.ptq.peers import as_numpy
 from precisionlab.quant import quantize
 from precisionlab.quant.elements import make_codec
 from precisionlab.quant.scheme import Granularity, Scheme, parse_scheme

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
 from precisionlab.ptq.architectures import DIVIDE, ONE_PLUS, architecture
-from precisionlab.ptq.peers import require_torch
 
 FOLD_TOLERANCE = 1e-4
 """The largest relative change of the logits `fold_check` accepts before a folding method runs."""
@@ -54,7 +54,7 @@ class ScaleGroup:
 
 def blocks(model: Any) -> tuple[str, list[Any]]:
     """(dotted prefix, blocks) of the model's transformer blocks; ValueError when there is none."""
-    torch = require_torch("PTQ on a model")
+    torch = peers.torch("PTQ on a model")
     best: tuple[str, list[Any]] | None = None
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.ModuleList) or len(module) < 1:
@@ -71,7 +71,7 @@ def blocks(model: Any) -> tuple[str, list[Any]]:
 
 def linear_names(model: Any, block_ids: Iterable[int] | None = None) -> list[str]:
     """Names of the nn.Linear layers inside the selected blocks (all blocks when None), in module order."""
-    torch = require_torch("PTQ on a model")
+    torch = peers.torch("PTQ on a model")
     prefix, children = blocks(model)
     selected = range(len(children)) if block_ids is None else sorted(set(int(b) for b in block_ids))
     bad = [b for b in selected if not 0 <= b < len(children)]
@@ -131,7 +131,7 @@ def _folds(prev: Any, layers: list[Any]) -> bool:
 def fold_scales(model: Any, group: ScaleGroup, scales: Any) -> None:
     """Fold per-input-channel scales s into the model, in place: prev op / s (by its rule), the layers' input
     columns * s. The float model computes the same function (up to rounding); see the module docstring."""
-    torch = require_torch("folding scales")
+    torch = peers.torch("folding scales")
     modules = dict(model.named_modules())
     prev = modules[group.prev]
     with torch.no_grad():
@@ -156,7 +156,7 @@ def fold_check(model: Any, groups: Sequence[ScaleGroup], batch: Any, seed: int =
     there is no group. A fold that is exact moves the logits by float32 rounding only (about 1e-6)."""
     if not groups:
         return 0.0
-    torch = require_torch("folding scales")
+    torch = peers.torch("folding scales")
     from precisionlab.ptq.calibration import run_batch
 
     modules = dict(model.named_modules())

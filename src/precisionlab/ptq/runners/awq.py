@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
 from precisionlab.ptq import awq as awq_mod
 from precisionlab.ptq.activations import LayerOutputError
 from precisionlab.ptq.measure import MemoryMeter
-from precisionlab.ptq.peers import require_torch
 from precisionlab.ptq.records import LayerRecord, PTQResult
 from precisionlab.ptq.runners.common import Folds, Progress, captures, each_layer, layer_weights, tick, weight_errors
 from precisionlab.ptq.structure import ScaleGroup
@@ -30,7 +30,7 @@ def run_awq(model: Any, method: str, scheme: str, names: Sequence[str], calibrat
             evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter, progress: Progress | None,
             groups: Sequence[ScaleGroup] = ()) -> PTQResult:
     """AWQ of the named layers with the scale groups `groups` (the model's, checked by the caller)."""
-    torch = require_torch("AWQ")
+    torch = peers.torch("AWQ")
     s = parse_scheme(scheme)
     modules = dict(model.named_modules())
     inspect = [g.inspect for g in groups
@@ -88,7 +88,7 @@ def module_objective(model: Any, group: ScaleGroup, inputs: list[tuple[tuple[Any
                      scheme: Any, weights: Sequence[np.ndarray]) -> Callable[[np.ndarray | None], float]:
     """loss(s): mean squared error of the inspected module's output with the group's layers quantized
     (Q(W diag s) diag(1/s)) against its full-precision output, on the captured calibration inputs."""
-    torch = require_torch("AWQ")
+    torch = peers.torch("AWQ")
     modules = dict(model.named_modules())
     block = modules[group.inspect]
     layers = [modules[n] for n in group.layers]

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
 from precisionlab.ptq import kivi as kivi_mod
 from precisionlab.ptq.calibration import cache_keyword
 from precisionlab.ptq.measure import MemoryMeter
-from precisionlab.ptq.peers import require_torch
 from precisionlab.ptq.records import LayerRecord, PTQResult
 from precisionlab.ptq.runners.common import Progress
 
@@ -25,7 +25,7 @@ def run_kivi(model: Any, method: str, scheme: str, names: Sequence[str], calibra
     """Per attention layer: K/V reconstruction error of KIVI against per-token keys and values at the same
     bits, on the calibration text's cache; with `evaluation` (long texts), the KL of decoding over a KIVI
     cache (see `kl_summary`)."""
-    torch = require_torch("KIVI")
+    torch = peers.torch("KIVI")
     from transformers.cache_utils import DynamicCache
 
     config = kivi_mod.kivi_config(scheme, int(opts["group"]), int(opts["residual"]))

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from precisionlab import peers
 from precisionlab.ptq.calibration import (
     CalibrationWarning,
     Capture,
@@ -23,7 +24,6 @@ from precisionlab.ptq.calibration import (
     next_block_calls,
 )
 from precisionlab.ptq.measure import MemoryMeter
-from precisionlab.ptq.peers import require_torch
 from precisionlab.ptq.records import PTQResult
 from precisionlab.ptq.runners import common
 from precisionlab.ptq.structure import block_of
@@ -36,7 +36,7 @@ def sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequenc
                evaluation: Sequence[Any] | None, meter: MemoryMeter, progress: common.Progress | None,
                result: PTQResult, quantize_layers: QuantizeLayers) -> None:
     """Calibrate and quantize `names` in the stages of `mode` ("block" or "layer"; module docstring)."""
-    torch = require_torch("sequential GPTQ")
+    torch = peers.torch("sequential GPTQ")
     modules = dict(model.named_modules())
     prefix, children = model_blocks(model)
     originals = {n: modules[n].weight.detach().clone() for n in names}
