@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.test_eval_cli import one_line_error
@@ -117,3 +118,26 @@ def test_the_rung_starts_from_the_best_calibrated_step_and_reruns_a_resumed_one(
     assert qat.start(evaluator, None, rung, {}).stored == {"layer": "gptq"}
     evaluator.tried = {"keep-sensitive": (keep, 0.1)}
     assert qat.start(evaluator, None, rung, {}) is None and qat.started_from["qat-g128"] == "rtn"
+
+
+def test_ladder_speed_measures_the_rungs_trained_codes() -> None:
+    """`ladder --speed`: the QAT rung's view runs the codes it trained (weights only), not the outlier message."""
+    pytest.importorskip("torch")
+    from precisionlab.ptq.ladder import ladder_steps
+    from precisionlab.ptq.ladder.speed import step_candidate
+    from precisionlab.quant import quantize
+
+    rung = ladder_steps("int4", qat_steps=5)[-2]
+    codes = {"model.layers.1.mlp.up_proj": quantize(np.ones((4, 64), dtype=np.float32), "int4:g64")}
+
+    class Trained:
+        scheme, quantized, folds = "int4:g64", codes, []  # type: ignore[var-annotated]
+
+    class Evaluator:
+        def __init__(self, results: dict) -> None:  # type: ignore[type-arg]
+            self.methods = {"qat": object()}
+            self.step_results = results
+
+    view = step_candidate(Evaluator({rung.name: Trained()}), rung)
+    assert view.quantized == codes and view.prepare is not None
+    assert "resumed from the log" in step_candidate(Evaluator({}), rung).reason
