@@ -61,6 +61,7 @@ COMMANDS = {
     "eval": ["eval", "--schemes", "int8:row", "--tasks", "ppl"],
     "ptq": ["ptq", "--method", "rtn", "--scheme", "int4:g128"],
     "ladder": ["ladder", "--target", "int4"],
+    "qat": ["qat", "--scheme", "int4:g64", "--steps", "1", "--no-eval"],
 }
 
 

@@ -4,6 +4,7 @@ first step whose task-level verdict is PASS (see precisionlab.ptq.ladder for the
     precisionlab ladder --model smollm2-135m --target int4 --max-drop 1.0 [--tasks ppl] [--examples 40] \\
         [--grow] [--max-examples 160] [--blocks 1,2] [--calib-size 2048] [--alpha 0.025] [--json] [--out DIR]
     precisionlab ladder --quick            # a few minutes: one block, 8 documents, 1536 calibration tokens
+    precisionlab ladder --qat-steps 100 --no-widen   # QAT at the target width after GPTQ / AWQ; no width step
 
 With --out, every finished step is appended to DIR/ladder-steps.jsonl; after Ctrl-C (or a crash) the same
 command resumes from the steps finished there.
@@ -58,6 +59,10 @@ QUICK: dict[str, Any] = {"blocks": "1", "examples": 8, "calib_size": 1536}
 @click.option("--quick", is_flag=True,
               help="A form that finishes in a few minutes: --blocks 1 --examples 8 --calib-size 1536 unless "
                    "given (it shows the climb; 8 documents decide little).")
+@click.option("--qat-steps", type=int, default=0, show_default=True,
+              help="Add a quantization-aware training step (this many training steps) at the target width after "
+                   "GPTQ / AWQ, from the best of them (precisionlab qat; integer targets).")
+@click.option("--no-widen", is_flag=True, help="End the ladder at the target width: no step one bit width up.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the choice data.")
 @click.option("--resamples", type=int, default=10_000, show_default=True, help="Bootstrap resamples.")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's own choice).")
@@ -69,8 +74,9 @@ QUICK: dict[str, Any] = {"blocks": "1", "examples": 8, "calib_size": 1536}
               help="A recipe.json (precisionlab search --out): one more rung, after the uniform ones.")
 @lab_output_options
 def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], examples: int | None, grow: bool,
-            max_examples: int | None, blocks: str | None, calib_size: int, alpha: float, quick: bool, seed: int,
-            resamples: int, threads: int | None, speed: bool, recipe_file: str | None, as_json: bool,
+            max_examples: int | None, blocks: str | None, calib_size: int, alpha: float, quick: bool, qat_steps: int,
+            no_widen: bool, seed: int, resamples: int, threads: int | None, speed: bool, recipe_file: str | None,
+            as_json: bool,
             out_dir: Path | None) -> None:
     """Climb from the cheapest quantization at --target to the first step that passes the evaluation."""
     from precisionlab.cli.eval import StepProgress
@@ -85,7 +91,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         blocks = blocks if "blocks" in given else QUICK["blocks"]
         examples = examples if "examples" in given else QUICK["examples"]
         calib_size = calib_size if "calib_size" in given else QUICK["calib_size"]
-    steps = ladder_steps(target)
+    if qat_steps < 0:
+        raise ValueError(f"--qat-steps must be 0 (no QAT step) or a positive number of training steps, got {qat_steps}")
+    steps = ladder_steps(target, qat_steps, widen=not no_widen)
     recipe = None
     if recipe_file is not None:  # the search's recipe: one rung after the uniform ones (search.ladder_step)
         from precisionlab.search.ladder_step import recipe_step, with_recipe_step
@@ -122,6 +130,8 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     settings = {"target": target, "max_drop": float(max_drop), "tasks": [_task_identity(t) for t in task_names],
                 "examples": examples, "grow": grow, "max_examples": max_examples, "blocks": block_ids,
                 "calib_size": calib_size, "seed": seed, "resamples": resamples, "alpha": float(alpha)}
+    if qat_steps or no_widen:  # only then: the logs of earlier runs keep their header
+        settings.update({"qat_steps": qat_steps, "widen": not no_widen})
     try:
         with StepProgress() as progress:
             result, loaded_info, lines, evaluator = _climb(model, steps, task_names, max_drop, examples, grow,
@@ -145,9 +155,9 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
     params: dict[str, Scalar] = {
         "model": model, "target": target, "max_drop": float(max_drop), "tasks": ",".join(task_names),
         "grow": grow, "max_examples": result.max_examples, "blocks": blocks or "all", "calib_size": calib_size,
-        "seed": seed, "alpha": float(alpha),
+        "seed": seed, "alpha": float(alpha), "qat_steps": qat_steps, "widen": not no_widen,
         "command": _command(model, target, max_drop, task_names, examples, grow, max_examples, blocks, calib_size,
-                            alpha) + (" --speed" if speed else "")}
+                            alpha, qat_steps, no_widen) + (" --speed" if speed else "")}
     if recipe_file is not None:
         params["command"] = f"{params['command']} --recipe {shlex.quote(recipe_file)}"
         params["recipe"] = recipe_file
@@ -166,7 +176,8 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
         if result.stopped_at:
             click.echo(f"stopped at {result.stopped_at}: the first step that passes at --max-drop {max_drop:g}")
         else:
-            click.echo(f"no step passed at --max-drop {max_drop:g}; the remaining option is {result.remaining}")
+            width = " at the target width (--no-widen)" if no_widen else ""
+            click.echo(f"no step passed{width} at --max-drop {max_drop:g}; the remaining option is {result.remaining}")
 
 
 def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float, examples: int | None, grow: bool,
@@ -183,7 +194,14 @@ def _climb(model: str, steps: list[Any], task_names: list[str], max_drop: float,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         calibration = token_batches(loaded.tokenizer, calibration_data(BUILTIN), calib_size, CALIB_SEQ_LEN)
-        options: dict[str, Any] = {"blocks": block_ids, "seed": seed, "n_resamples": resamples, "progress": progress}
+        methods: dict[str, Any] = {}
+        qat_steps = int((settings or {}).get("qat_steps", 0))  # --qat-steps (in the log's identity too)
+        if qat_steps:
+            from precisionlab.qat.ladder_step import QATStep
+
+            methods["qat"] = QATStep(qat_steps, seed=seed, progress=progress)
+        options: dict[str, Any] = {"blocks": block_ids, "seed": seed, "n_resamples": resamples, "progress": progress,
+                                   "methods": methods}
         evaluator: Any
         if recipe is not None:
             from precisionlab.search.ladder_step import RecipeStepEvaluator
@@ -216,6 +234,8 @@ def climb_logged(steps: list[Any], evaluate: Any, planned_bytes: Callable[[Any],
                   "plan": [[s.name, s.scheme, s.method, s.keep_sensitive] for s in plan.steps]}
         log = StepLog(log_path, header)
         done = log.open()
+        if hasattr(evaluate, "note_done"):  # the QAT step starts from the best calibrated step, resumed ones too
+            evaluate.note_done(done)
         if done:
             progress.note(f"resuming: {len(done)} finished step(s) in {log_path}")
 
@@ -346,7 +366,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def _command(model: str, target: str, max_drop: float, tasks: list[str], examples: int | None, grow: bool,
-             max_examples: int | None, blocks: str | None, calib_size: int = 2048, alpha: float = ALPHA) -> str:
+             max_examples: int | None, blocks: str | None, calib_size: int = 2048, alpha: float = ALPHA,
+             qat_steps: int = 0, no_widen: bool = False) -> str:
     parts = ["precisionlab", "ladder", "--model", model, "--target", target, "--max-drop", f"{max_drop:g}",
              "--tasks", ",".join(tasks)]
     if examples is not None:
@@ -361,4 +382,8 @@ def _command(model: str, target: str, max_drop: float, tasks: list[str], example
         parts += ["--calib-size", str(calib_size)]
     if alpha != ALPHA:
         parts += ["--alpha", f"{alpha:g}"]
+    if qat_steps:
+        parts += ["--qat-steps", str(qat_steps)]
+    if no_widen:
+        parts.append("--no-widen")
     return " ".join(shlex.quote(p) for p in parts)

@@ -103,6 +103,8 @@ class StepProgress:
         self.bar: Any = None
         self.task: Any = None
         self.description: str | None = None
+        self.shown: str | None = None
+        """What the bar and the heartbeat show for the current step when it was relabelled."""
         self.total = 0
         self.count_done = 0
         self.began = self.step_began = self.last_line_at = time.perf_counter()
@@ -141,6 +143,7 @@ class StepProgress:
     def start(self, description: str, total: int) -> None:
         with self._lock:
             self.description, self.total, self.count_done = description, max(int(total), 0), 0
+            self.shown = None
             self.step_began = time.perf_counter()
             if self.bar is not None:
                 if self.task is not None:
@@ -158,6 +161,16 @@ class StepProgress:
         if description != self.description or total != self.total:
             self.start(description, total)
         self.advance(done - self.count_done)
+
+    def relabel(self, description: str) -> None:
+        """Show the current step under another description (its running loss, say) without restarting its count or
+        clock: `count` still knows the step by the description it started with."""
+        with self._lock:
+            if self.description is None:
+                return
+            self.shown = description
+            if self.bar is not None and self.task is not None:
+                self.bar.update(self.task, description=_escape(description))
 
     def done(self, description: str) -> None:
         with self._lock:
@@ -188,8 +201,9 @@ class StepProgress:
             since = f' since "{last}"' if last else ""
             return f"working: {duration(now - self.last_line_at)}{since} ({duration(now - self.began)} in all)"
         elapsed = now - self.step_began
+        shown = self.shown or self.description
         if not self.total:
-            return f"{self.description}: {duration(elapsed)}"
+            return f"{shown}: {duration(elapsed)}"
         done = min(self.count_done, self.total)
         if done >= self.total:
             left = "finishing"
@@ -197,7 +211,7 @@ class StepProgress:
             left = f"about {duration(elapsed / done * (self.total - done))} left"
         else:
             left = "no estimate before the first one"
-        return f"{self.description}: {done}/{self.total}, {duration(elapsed)}, {left}"
+        return f"{shown}: {done}/{self.total}, {duration(elapsed)}, {left}"
 
     def _beat(self) -> None:
         while not self._stop.wait(min(self.heartbeat, 1.0)):

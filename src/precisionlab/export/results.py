@@ -14,6 +14,8 @@ Kinds read today:
     ptq      ptq.json of `precisionlab ptq --out DIR --save W.safetensors` (rtn, gptq, awq): the saved
              codes themselves (params.save names the file), AWQ's folded scales with them
     weights  that .safetensors file given directly (`--from W.safetensors`)
+    qat      qat.json of `precisionlab qat --out DIR`: the trained codes (params.save, beside it), an AWQ
+             start's folded scales with them
     ladder   ladder.json of `precisionlab ladder --out DIR`, with --step N: the step's scheme on the step's
              layers (ladder.steps.N.include / .exclude); a GPTQ / AWQ step's saved codes
              (ladder.steps.N.weights); the outlier-column step is refused (no format holds fp16 columns
@@ -141,6 +143,24 @@ def _ptq(path: Path, data: dict[str, Any], step: int | None) -> Recipe:
     return recipe
 
 
+@result_reader("qat", detect=_is_lab("qat"))
+def _qat(path: Path, data: dict[str, Any], step: int | None) -> Recipe:
+    if step is not None:
+        raise ValueError(f"--from {path}: --step selects a ladder step; a qat result has none")
+    params = data.get("params") or {}
+    saved = params.get("save")
+    if not saved:
+        raise ValueError(f"--from {path}: the qat result names no weights file (its --out folder holds "
+                         "qat.safetensors)")
+    weights = _beside(path, str(saved))
+    text = (f"qat {params.get('scheme', '')} from {params.get('start', 'rtn')}, {params.get('steps', '?')} steps, "
+            f"from {path.name} (weights {weights.name})")
+    recipe = weights_recipe(weights, "qat", text)
+    recipe.kind = "qat"
+    recipe.metadata = {"model": params.get("model"), "command": params.get("command")}
+    return recipe
+
+
 def _beside(path: Path, name: str) -> Path:
     """A file a saved result names: as written, else beside the result."""
     candidate = Path(name).expanduser()
@@ -173,7 +193,7 @@ def _ladder(path: Path, data: dict[str, Any], step: int | None) -> Recipe:
     if method == "outliers":
         raise ValueError(f"--from {path}: step {step} ({name}) keeps fp16 input columns inside quantized matrices; "
                          "neither GGUF nor compressed-tensors stores that layout")
-    if method in ("gptq", "awq"):
+    if method in ("gptq", "awq", "qat"):
         weights = findings.get(f"{base}.weights")
         if not weights:
             raise ValueError(f"--from {path}: step {step} ({method}) saved no weights")

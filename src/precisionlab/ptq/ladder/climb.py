@@ -11,7 +11,7 @@ step records how many examples would decide it and, with `grow`, is evaluated ag
 examples (up to `max_examples`) before the ladder moves on. A grid-aligned step (the scheme reproduced
 every quantized source weight bit for bit, as int4 groups of 32 with a minimum do on a Q4_1 GGUF)
 proves nothing about the scheme: it is reported, marked, and never stopped at. When no step passes,
-the remaining option is quantization-aware training (not implemented).
+the remaining option is quantization-aware training (`ladder --qat-steps N` tries it as a step).
 
 `run_ladder` is pure control flow over `evaluate(step, examples, confidence) -> StepOutcome`, so a stub
 evaluator tests it; `evaluator.ModelEvaluator` is the real one. Steps finished in an earlier run
@@ -32,7 +32,9 @@ from precisionlab.ptq.ladder.steps import Skipped, Step
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 NOT_EVIDENCE = "grid-aligned"
 """The verdict shown for a step whose scheme reproduced the source weights: not evidence."""
-QAT = "quantization-aware training (not implemented here)"
+QAT = "quantization-aware training (ladder --qat-steps N, or precisionlab qat)"
+QAT_TRIED = "a longer quantization-aware training run (more --qat-steps, precisionlab qat), or a wider format"
+"""What is left when a QAT step was tried and did not pass either."""
 
 
 class GrowLimit(ValueError):
@@ -102,7 +104,9 @@ class LadderResult:
     @property
     def remaining(self) -> str | None:
         """What is left when nothing passed."""
-        return None if self.stopped_at else QAT
+        if self.stopped_at:
+            return None
+        return QAT_TRIED if any(r.step.method == "qat" for r in self.steps) else QAT
 
     @property
     def resumed(self) -> int:
@@ -122,7 +126,7 @@ class LadderResult:
                                "ladder.test_confidence": b.confidence, "ladder.claim": b.claim(),
                                "ladder.steps_skipped": len(self.skipped), "ladder.steps_resumed": self.resumed}
         if not self.stopped_at:
-            out["ladder.remaining_option"] = QAT
+            out["ladder.remaining_option"] = self.remaining
         for r in self.steps:
             o, base = r.outcome, f"ladder.steps.{r.index}"
             out.update({f"{base}.name": r.step.name, f"{base}.scheme": r.step.scheme, f"{base}.method": r.step.method,
@@ -201,7 +205,8 @@ def run_ladder(steps: Sequence[Step], evaluate: Evaluate, *, examples: int, max_
     if resumed:
         notes.append(f"{resumed} step(s) taken from the earlier run's log, not evaluated again")
     if stopped is None:
-        notes.append(f"no step passed at --max-drop {max_drop:g}: the remaining option is {QAT}")
+        left = QAT_TRIED if any(r.step.method == "qat" for r in records) else QAT
+        notes.append(f"no step passed at --max-drop {max_drop:g}: the remaining option is {left}")
     return LadderResult(records, stopped, float(max_drop), target, grow, cap if grow else max_examples, notes,
                         time.perf_counter() - start, budget, list(skipped))
 

@@ -7,6 +7,10 @@ paired against the float reference (eval.runner.evaluate) at the confidence the 
 
 The outlier step is its own rule (`quantize_with_outliers`): the quant grammar's `outliers=K` keeps whole
 weight rows in fp16, while activation outliers are input columns.
+
+A step method the ptq package does not implement (the QAT step: precisionlab.qat, a package beside this one) is
+given as `methods={"qat": prepare}`, `prepare(evaluator, model, step, selected) -> QuantizationReport`; it reads
+`evaluator.tried` (every step evaluated or resumed so far, with its difference) and `calibrated_result`.
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ class ModelEvaluator:
 
     def __init__(self, loaded: Any, tasks: Sequence[str], max_drop: float, calibration: Sequence[Any], *,
                  blocks: Sequence[int] | None = None, seed: int = 0, cache: bool = True,
-                 n_resamples: int = 10_000, progress: Any = None, base_examples: int | None = None) -> None:
+                 n_resamples: int = 10_000, progress: Any = None, base_examples: int | None = None,
+                 methods: dict[str, Callable[..., Any]] | None = None) -> None:
         from precisionlab.eval.tasks import resolve_tasks
         from precisionlab.ptq.structure import blocks as model_blocks
 
@@ -81,6 +86,10 @@ class ModelEvaluator:
         self.step_results: dict[str, Any] = {}
         """Step name -> the PTQResult a calibrated step installed (what `precisionlab export` ships)."""
         self._evaluated: list[Any] = []
+        self.methods = dict(methods or {})
+        """Step method -> prepare(evaluator, model, step, selected) for the methods implemented outside ptq."""
+        self.tried: dict[str, tuple[Step, float]] = {}
+        """Step name -> (step, difference of its last evaluation): every step evaluated or resumed so far."""
         self._examples_seen: dict[str, tuple[int, int]] = {}
         """Per step: the examples last asked for and the first task's count they gave."""
 
@@ -135,6 +144,7 @@ class ModelEvaluator:
                                 "metric": task.primary, "value": task.outcomes[0].metrics[task.primary],
                                 "reference": task.reference[task.primary]}
         first = tasks[run.tasks[0].name]
+        self.tried[step.name] = (step, float(first["difference"]))
         return StepOutcome(verdict=combine(tasks), difference=first["difference"], ci_low=first["ci_low"],
                            ci_high=first["ci_high"], bytes=int(cand.model_bytes), examples=len(run.tasks[0].spec.items),
                            examples_needed=first["examples_needed"], grid_aligned=cand.alignment == "aligned",
@@ -153,7 +163,7 @@ class ModelEvaluator:
         model = self.loaded.model
         include, exclude = self.selection(step)
         selected = linear_layers(model, include, exclude)
-        if step.method in CALIBRATED:
+        if step.method in CALIBRATED or step.method in self.methods:
             selected = {n: m for n, m in selected.items() if n.startswith(f"{self.prefix}.")}
         columns = set(linear_names(model, self.blocks)) if step.method == "outliers" else set()
         stored: dict[int, int] = {}
@@ -176,6 +186,8 @@ class ModelEvaluator:
             selected = linear_layers(model, include, exclude)
             if step.method in CALIBRATED:
                 return self._calibrated(model, step, selected)
+            if step.method in self.methods:
+                return self.methods[step.method](self, model, step, selected)
             abs_max = self._input_magnitudes(model)
             values: dict[str, Any] = {}
             stored: dict[str, int] = {}
@@ -207,12 +219,28 @@ class ModelEvaluator:
             self._abs_max = {n: cap.stats[n].abs_max.copy() for n in names}
         return self._abs_max
 
+    def note_done(self, records: Sequence[Any]) -> None:
+        """Steps taken from an earlier run's log (ladder resume): known to `tried` like evaluated ones."""
+        for record in records:
+            self.tried[record.step.name] = (record.step, float(record.outcome.difference))
+
     def _calibrated(self, model: Any, step: Step, selected: dict[str, Any]) -> Any:
         """GPTQ or AWQ (step.method) on the selected block linears, installed reversibly (AWQ's folds
         into the norms included: `install` restores every parameter that changed)."""
+        from precisionlab.ptq.install import apply_result, install_result
+
+        result = self.calibrated_result(model, step, selected)
+        self.step_results[step.name] = result
+        failed = [r.name for r in result.layers if r.status != "ok"]
+        if failed:
+            raise ValueError(f"step {step.name}: {step.method} failed on {len(failed)} layer(s), first {failed[0]}")
+        return install_result(model, result, lambda m: apply_result(m, result), f"{step.name} {step.scheme}")
+
+    def calibrated_result(self, model: Any, step: Step, selected: dict[str, Any]) -> Any:
+        """The PTQResult of GPTQ or AWQ (step.method) on the selected block linears (run once per step: a grown
+        evaluation, or a later step that starts from it, reuses it)."""
         import torch
 
-        from precisionlab.ptq.install import apply_result, install_result
         from precisionlab.ptq.run import run_method
 
         method = step.method
@@ -223,12 +251,7 @@ class ModelEvaluator:
         if key not in self._calibrated_runs:  # a grown evaluation of the step reuses its weights
             self._calibrated_runs[key] = run_method(model, method, step.scheme, self.calibration, layers=names,
                                                     options=CALIBRATED_OPTIONS[method])
-        result = self._calibrated_runs[key]
-        self.step_results[step.name] = result
-        failed = [r.name for r in result.layers if r.status != "ok"]
-        if failed:
-            raise ValueError(f"step {step.name}: {method} failed on {len(failed)} layer(s), first {failed[0]}")
-        return install_result(model, result, lambda m: apply_result(m, result), f"{step.name} {step.scheme}")
+        return self._calibrated_runs[key]
 
 
 def check_blocks(blocks: Sequence[int] | None, count: int | None) -> None:

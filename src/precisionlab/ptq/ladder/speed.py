@@ -7,7 +7,8 @@ steps and the float reference measured in one interleaved run (eval.speed.measur
 What each step runs: an RTN step, its scheme's codes for exactly the layers the step quantized (the
 evaluator's selection: --blocks, keep-sensitive); a GPTQ / AWQ step, the codes its PTQ method stored; the
 outlier step has none (its fp16 columns run beside the integer product, which no kernel here does), nor does
-a calibrated step taken from the resume log (its codes were made by the earlier run). A step whose scheme has
+a calibrated step taken from the resume log (its codes were made by the earlier run); the QAT rung (a step method
+given to the evaluator from outside ptq), the codes it trained. A step whose scheme has
 no exact kernel says so, as `eval --speed` does.
 """
 
@@ -34,6 +35,16 @@ def step_candidate(evaluator: Any, step: Any) -> speed.SpeedCandidate:
         from precisionlab.ptq.speed import ptq_speed_candidate
 
         return ptq_speed_candidate(stored, label)
+    if step.method in getattr(evaluator, "methods", {}):  # a rung implemented outside ptq (the QAT rung): codes
+        trained = evaluator.step_results.get(step.name)
+        if trained is None:
+            return speed.SpeedCandidate(label, step.scheme, "resumed from the log: its codes were made by the "
+                                                            "earlier run")
+        from precisionlab.ptq.records import PTQResult
+        from precisionlab.ptq.speed import ptq_speed_candidate
+
+        weights = PTQResult("rtn", trained.scheme, [], quantized=dict(trained.quantized), folds=list(trained.folds))
+        return ptq_speed_candidate(weights, label)  # weights only, installed as any stored codes are
     if step.method != "rtn":
         return speed.SpeedCandidate(label, step.scheme, "its fp16 outlier columns run beside the integer product, "
                                                         "which no kernel here does")

@@ -17,7 +17,9 @@ before it unless it replaces one (`Step.remedy` names the remedy a rung tries):
     keep-sensitive  step 5             sensitive     embeddings, lm_head, first and last blocks in float
     gptq-g128       int4:g128          gptq          GPTQ (replacing the outlier columns), block by block
     awq-g128        int4:g128          awq           AWQ, its scales folded into the norms
-    int8            int8:row           width         one bit width up
+    qat-g128        int4:g128          qat           with qat_steps > 0: quantization-aware training
+                                                     (precisionlab.qat) from the best GPTQ / AWQ step
+    int8            int8:row           width         one bit width up (left out with widen=False)
 
 Plan rule. A rung is skipped when a later rung of the same remedy stores no more bytes (computed
 by the quant library for the layers the rung quantizes on this model): it would be tried first
@@ -104,8 +106,10 @@ class Plan:
         return out
 
 
-def ladder_steps(target: str = "int4") -> list[Step]:
-    """The rungs at `target` (int2, int4, int8, uint4 ..., fp4, fp8) in the order of the module docstring."""
+def ladder_steps(target: str = "int4", qat_steps: int = 0, widen: bool = True) -> list[Step]:
+    """The rungs at `target` (int2, int4, int8, uint4 ..., fp4, fp8) in the order of the module docstring; with
+    `qat_steps` a QAT rung of that many training steps before the width rung; `widen=False` drops the width rung
+    (the ladder ends at the target width)."""
     text = str(target).strip().lower()
     base = text[1:] if text.startswith("u") else text
     if not _WIDTH.match(text) or base not in _UP:
@@ -113,7 +117,10 @@ def ladder_steps(target: str = "int4") -> list[Step]:
     element = _ELEMENT.get(base, text)
     up = _UP[base]
     up_element = _ELEMENT.get(up, up)
-    return [
+    if qat_steps and not text.replace("u", "").startswith("int"):
+        raise ValueError(f"--qat-steps: quantization-aware training here trains integer grids; target {target!r} "
+                         "is a float width")
+    steps = [
         Step("per-tensor", element, description="one scale per weight matrix; embeddings and lm_head quantized too",
              remedy=GRANULARITY),
         Step("per-channel", f"{element}:row", description="one scale per output row", remedy=GRANULARITY),
@@ -129,9 +136,14 @@ def ladder_steps(target: str = "int4") -> list[Step]:
              groups_of="g128"),
         Step("awq-g128", f"{element}:g128", "awq", True,
              description="AWQ on the same layers, its scales folded into the norms", remedy="awq", groups_of="g128"),
-        Step(f"{up}", f"{up_element}:row", "rtn", True, description=f"one bit width up: {up_element} per channel",
-             remedy="width"),
     ]
+    if qat_steps:
+        steps.append(Step("qat-g128", f"{element}:g128", "qat", True, remedy="qat", groups_of="g128",
+                          description=f"quantization-aware training, {qat_steps} steps, from the best GPTQ / AWQ step"))
+    if widen:
+        steps.append(Step(f"{up}", f"{up_element}:row", "rtn", True,
+                          description=f"one bit width up: {up_element} per channel", remedy="width"))
+    return steps
 
 
 def plan_steps(steps: Sequence[Step], bytes_of: Callable[[Step], int] | None = None) -> Plan:

@@ -1,0 +1,91 @@
+"""The result of `precisionlab qat` as a LabResult: the training summary, the memory bill, the per-layer
+table, the loss curve and, given an evaluation, its task tables (qat, its start and RTN against the float model).
+
+Not registered as a lab: it trains a real model for minutes, and `precisionlab run` stays fast.
+
+    qat_lab(result, params, evaluation=None, warnings=None, eval_note="")
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from precisionlab.results import Figure, LabResult, Scalar, Series, Table
+
+SUMMARY_NOTE = ("loss: the training loss of each step before its update (kl: KL(float || quantized) in nats per token "
+                "on the step's calibration window; nll: next-token cross-entropy); loss_first is the starting "
+                "point's. codes_changed: the share of weights whose code differs from the start's. seconds_per_step: "
+                "the mean over this run's steps (a resumed run: those after the checkpoint).")
+
+
+def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warnings: list[str] | None = None,
+            eval_note: str = "") -> LabResult:
+    findings: dict[str, Scalar] = dict(result.findings())
+    summary = Table(key="summary", title=f"qat {result.scheme} from {result.start}: training (findings)",
+                    columns=["finding", "value"],
+                    rows=[[k, v] for k, v in findings.items() if not k.startswith("qat.memory.")],
+                    note=SUMMARY_NOTE, formats={"value": ".4g"})
+    sections = [summary]
+    if result.memory is not None:
+        mem = result.memory
+        rows: list[list[Scalar]] = [[k, v, v * mem.trained / 1e6] for k, v in mem.per_trained.items()]
+        rows.append(["per trained parameter, in all", mem.bytes_per_trained, mem.trained_bytes / 1e6])
+        rows.append(["frozen parameters (stored width)", None, mem.frozen_bytes / 1e6])
+        sections.append(Table(
+            key="memory", title=f"Memory: {mem.trained:,} trained parameters", columns=["component", "bytes/param",
+                                                                                        "MB"], rows=rows,
+            note=(f"What is trained: every weight of the quantized linears, as float32 latent weights under the "
+                  f"start's fixed scales. Weights, gradients and Adam's two moments are the fp32 + Adam bill of "
+                  f"training.memory ({mem.adam_bytes_per_param:g} bytes per trained parameter); the float reference "
+                  "(the distillation teacher's weight), the straight-through mask and the expanded grid come on top. "
+                  "Activations are not counted here: the measured peak is qat.peak_mb."),
+            formats={"bytes/param": ".3g", "MB": ".2f"}))
+    layer_rows: list[list[Scalar]] = [[n, "x".join(str(d) for d in result.quantized[n].shape),
+                                       result.changed_codes.get(n), int(result.quantized[n].nbytes)]
+                                      for n in result.layers]
+    sections.append(Table(key="layers", title="Trained layers", columns=["layer", "shape", "codes changed", "bytes"],
+                          rows=layer_rows, note="codes changed: share of the layer's weights whose code moved away "
+                                                "from the start's; bytes: as stored (codes, scales, zero points).",
+                          formats={"codes changed": ".3g"}))
+    losses = [float(v) for v in result.losses]
+    steps = list(range(len(losses)))
+    figure = Figure(key="loss", title=f"qat {result.scheme}: training loss per step", xlabel="step",
+                    ylabel=f"loss ({result.config.loss}, nats/token)",
+                    series=[Series("loss", steps, losses), *_smoothed(losses)],
+                    yscale="log" if losses and min(losses) > 0 else "linear",
+                    vlines=[(float(result.history.resumed_from), "resumed")] if result.history.resumed_from else [],
+                    note="each step's loss on its own calibration window, before its update; the line: the mean "
+                         "over the last 10 steps")
+    figures = [figure]
+    first, last = findings.get("qat.loss_first"), findings.get("qat.loss_last10_mean")
+    text = (f"qat {result.scheme} from {result.start}: {findings['qat.steps']} steps, loss {_fmt(first)} -> "
+            f"{_fmt(last)} (last 10), {_fmt(findings['qat.seconds_per_step'])} s/step")
+    if evaluation is not None:
+        from precisionlab.labs.eval import result_from_run
+
+        lab = result_from_run(evaluation, {})
+        for table in lab.sections:
+            table.key = f"eval_{table.key}"
+        sections += lab.sections
+        figures += lab.figures
+        findings.update(lab.findings)
+        text = f"{text}; {lab.summary}"
+    if eval_note:
+        sections.append(Table(key="eval_skipped", title="Task-level evaluation", columns=["status"],
+                              rows=[[eval_note]]))
+    if warnings:
+        sections.append(Table(key="warnings", title="Warnings", columns=["warning"], rows=[[w] for w in warnings]))
+    return LabResult(name="qat", title=f"Quantization-aware training: {result.scheme} on {params.get('model', '')}",
+                     sections=sections, figures=figures, findings=findings, params=params, summary=text)
+
+
+def _smoothed(losses: list[float], window: int = 10) -> list[Series]:
+    if len(losses) < window:
+        return []
+    means = [sum(losses[i - window + 1:i + 1]) / window for i in range(window - 1, len(losses))]
+    return [Series(f"mean of {window}", list(range(window - 1, len(losses))), means)]
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) and math.isfinite(value) else str(value)
