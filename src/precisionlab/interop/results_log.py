@@ -80,6 +80,21 @@ class ResultsLog:
             self._handle = None
 
 
+def read_header(path: Path) -> Any:
+    """The parsed first line of an existing log, or None (no file, empty, or a first line still being written)."""
+    try:
+        with open(path, "rb") as handle:
+            line = handle.readline()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        return json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
 def _line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
 

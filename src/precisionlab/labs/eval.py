@@ -102,6 +102,26 @@ def result_from_run(evaluation: Any, params: dict[str, Scalar], suffix: str = ""
                      params=params, summary=summary)
 
 
+def embed_evaluation(sections: list[Table], figures: list[Figure], findings: dict[str, Scalar], text: str,
+                     evaluation: Any, eval_note: str | None, warnings: Sequence[str] | None) -> str:
+    """Append a method's held-out evaluation (an EvalRun, its tables keyed eval_<key>), the reason it was skipped,
+    and the run's warnings to a method lab (ptq, qat); returns the summary text with the evaluation's."""
+    if evaluation is not None:
+        lab = result_from_run(evaluation, {})
+        for table in lab.sections:
+            table.key = f"eval_{table.key}"
+        sections += lab.sections
+        figures += lab.figures
+        findings.update(lab.findings)
+        text = f"{text}; {lab.summary}"
+    if eval_note:
+        sections.append(Table(key="eval_skipped", title="Task-level evaluation", columns=["status"],
+                              rows=[[eval_note]]))
+    if warnings:
+        sections.append(Table(key="warnings", title="Warnings", columns=["warning"], rows=[[w] for w in warnings]))
+    return text
+
+
 def _bits(candidate: Any) -> float:
     return 32.0 if candidate.candidate.weights is None else candidate.bits_per_weight
 

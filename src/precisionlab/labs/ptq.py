@@ -72,21 +72,9 @@ def ptq_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
                    "to improve there")
         text = f"{text}; {aligned}"
         layers.note += f" {aligned}."
-    if evaluation is not None:
-        from precisionlab.labs.eval import result_from_run
+    from precisionlab.labs.eval import embed_evaluation
 
-        lab = result_from_run(evaluation, {})
-        for table in lab.sections:
-            table.key = f"eval_{table.key}"
-        sections += lab.sections
-        figures += lab.figures
-        findings.update(lab.findings)
-        text = f"{text}; {lab.summary}"
-    if eval_note:
-        sections.append(Table(key="eval_skipped", title="Task-level evaluation", columns=["status"],
-                              rows=[[eval_note]]))
-    if warnings:
-        sections.append(Table(key="warnings", title="Warnings", columns=["warning"], rows=[[w] for w in warnings]))
+    text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings)
     return LabResult(name="ptq", title=f"Post-training quantization: {m} {result.scheme} on {params.get('model', '')}",
                      sections=sections, figures=figures, findings=findings, params=params, summary=text)
 

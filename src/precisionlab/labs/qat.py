@@ -61,21 +61,9 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
     first, last = findings.get("qat.loss_first"), findings.get("qat.loss_last10_mean")
     text = (f"qat {result.scheme} from {result.start}: {findings['qat.steps']} steps, loss {_fmt(first)} -> "
             f"{_fmt(last)} (last 10), {_fmt(findings['qat.seconds_per_step'])} s/step")
-    if evaluation is not None:
-        from precisionlab.labs.eval import result_from_run
+    from precisionlab.labs.eval import embed_evaluation
 
-        lab = result_from_run(evaluation, {})
-        for table in lab.sections:
-            table.key = f"eval_{table.key}"
-        sections += lab.sections
-        figures += lab.figures
-        findings.update(lab.findings)
-        text = f"{text}; {lab.summary}"
-    if eval_note:
-        sections.append(Table(key="eval_skipped", title="Task-level evaluation", columns=["status"],
-                              rows=[[eval_note]]))
-    if warnings:
-        sections.append(Table(key="warnings", title="Warnings", columns=["warning"], rows=[[w] for w in warnings]))
+    text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings)
     return LabResult(name="qat", title=f"Quantization-aware training: {result.scheme} on {params.get('model', '')}",
                      sections=sections, figures=figures, findings=findings, params=params, summary=text)
 

@@ -31,7 +31,9 @@ class SensitivityLog:
         self._log = ResultsLog(self.path, self.header)
 
     def open(self) -> dict[tuple[str, str], tuple[float, float]]:
-        old = _header(self.path)
+        from precisionlab.interop.results_log import read_header
+
+        old = read_header(self.path)
         if old is not None and old != self.header:
             key = next((k for k in self.header if old.get(k) != self.header[k]), "a setting")
             raise ValueError(f"{self.path} holds the sensitivities of another search (its {key}: {old.get(key)!r}, "
@@ -50,16 +52,3 @@ class SensitivityLog:
     def close(self) -> None:
         self._log.close()
 
-
-def _header(path: Path) -> Any:
-    try:
-        with open(path, "rb") as handle:
-            line = handle.readline()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-    if not line.endswith(b"\n"):
-        return None
-    try:
-        return json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None

@@ -60,7 +60,9 @@ class StepLog:
 
     def open(self) -> list[StepRecord]:
         """Open (or create) the log; the steps an earlier run with the same header finished, in order."""
-        old = _first_line(self.path)
+        from precisionlab.interop.results_log import read_header
+
+        old = read_header(self.path)
         if old is not None and old != json.loads(json.dumps(self.header)):
             raise ValueError(f"{self.path} holds the steps of another ladder run ({_difference(old, self.header)}); "
                              "give another --out directory, or delete the file to start over")
@@ -116,20 +118,6 @@ def _safe(value: Any) -> Any:
 def _number(value: Any) -> Any:
     return float(value) if value in ("nan", "inf", "-inf") else value
 
-
-def _first_line(path: Path) -> Any:
-    """The parsed header of an existing log, or None (no file, empty, or a first line still being written)."""
-    try:
-        with open(path, "rb") as handle:
-            line = handle.readline()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-    if not line.endswith(b"\n"):
-        return None
-    try:
-        return json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
 
 
 def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
