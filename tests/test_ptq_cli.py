@@ -196,7 +196,7 @@ def test_ptq_json_keys_on_smollm2(run_cli, tmp_path: Path) -> None:  # type: ign
 
 
 @pytest.mark.parametrize(("method", "scheme", "baseline"), [
-    ("llm_int8", "int8", "int8:row:scale=fp32+act=int8:row:scale=fp32"),
+    pytest.param("llm_int8", "int8", "int8:row:scale=fp32+act=int8:row:scale=fp32", marks=pytest.mark.slow),
     pytest.param("smoothquant", "int8", "int8+act=int8:row", marks=pytest.mark.slow),
     pytest.param("kivi", "int4", None, marks=pytest.mark.slow),
 ])
