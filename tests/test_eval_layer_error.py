@@ -34,6 +34,7 @@ def per_layer(run: runner.EvalRun) -> dict[str, float]:
     return {r["layer"]: r["output_rel_err"] for r in run.candidates[0].layers if r["output_rel_err"] is not None}
 
 
+@pytest.mark.slow  # 7-13 s; a sibling test covers the same path in the default suite
 def test_folding_alone_leaves_every_layer_output_error_at_rounding() -> None:
     """AWQ's folds (into the norms: q/k/v, gate/up columns; into up_proj's rows: down_proj's columns) change
     no function: every folded layer, the row-scaled up_proj included, must show a float32-rounding error."""

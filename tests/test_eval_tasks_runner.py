@@ -161,6 +161,7 @@ def test_the_spill_falls_back_to_the_temporary_directory(tmp_path: Path, monkeyp
     assert runner.spill_parent() == str(tmp_path / "fine" / "spill")
 
 
+@pytest.mark.slow  # 7-13 s; a sibling test covers the same path in the default suite
 def test_the_source_grid_caveat_measured_through_eval() -> None:
     """SmolLM2's block linears are GGUF Q4_1. The quant library's gguf_q4_1 (llama.cpp's rule) and its grammar
     spelling uint4:g32:min=fp16 reproduce every one of them, so eval reports them grid-aligned with zero weight

@@ -124,6 +124,7 @@ def _logged(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / RESULTS_NAME).read_text().splitlines()[1:]]
 
 
+@pytest.mark.slow  # 7-13 s; a sibling test covers the same path in the default suite
 def test_an_interrupt_keeps_every_finished_task_on_a_pool(checkpoint: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Two workers, a tensor a task, at most four in flight: when the first record arrives four tasks were sent;

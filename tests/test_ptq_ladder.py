@@ -441,6 +441,7 @@ def test_a_user_file_is_not_grown_past_what_it_holds(tmp_path) -> None:  # type:
     assert (again.difference, again.ci_low, again.ci_high) == (first.difference, first.ci_low, first.ci_high)
 
 
+@pytest.mark.slow  # 7-13 s; a sibling test covers the same path in the default suite
 def test_the_awq_step_installs_its_folds_and_restores_the_float_model() -> None:
     """AWQ folds its scales into the RMSNorm weights (and v_proj / up_proj rows) before quantizing: the
     step must change the model while it is evaluated and give every parameter back bit for bit. Its
