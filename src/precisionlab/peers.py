@@ -132,6 +132,21 @@ def quiet() -> Iterator[None]:
             hf_logging.set_verbosity(verbosity)
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch.set_num_threads(threads) for the block, restored afterwards (None: leave torch's choice)."""
+    if threads is None:
+        yield
+        return
+    module = torch()
+    before = module.get_num_threads()
+    module.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        module.set_num_threads(before)
+
+
 def as_numpy(x: Any, dtype: Any = None) -> Any:
     """A numpy array for a numpy array, a torch tensor (detached, on the CPU; bf16 widened) or a nested list."""
     import numpy as np
@@ -146,4 +161,4 @@ def as_numpy(x: Any, dtype: Any = None) -> Any:
 
 __all__ = ["EXTRA_HINT", "INSTALL_HINTS", "TORCH_CPU_INDEX", "TORCH_HINT", "TORCH_INSTALL", "TORCH_VERSION",
            "MissingPeer", "as_numpy", "available", "install_hint", "missing_reason", "optional_import", "quiet",
-           "require", "torch", "transformers"]
+           "require", "torch", "torch_threads", "transformers"]

@@ -145,7 +145,7 @@ def measure_speed(loaded: Any, candidates: Sequence[SpeedCandidate], include: Se
     prompt = torch.tensor([prompt_ids(loaded, prompt_tokens)])
     rows: list[SpeedRow] = []
     swaps: dict[str, kernels.KernelSwap] = {}
-    with _threads(torch, threads), torch.inference_mode():
+    with peers.torch_threads(threads), torch.inference_mode():
         for candidate in candidates:
             row, swap = _plan_row(loaded, candidate, include, exclude)
             rows.append(row)
@@ -189,16 +189,6 @@ def prompt_ids(loaded: Any, tokens: int) -> list[int]:
     if len(ids) < tokens:
         raise ValueError(f"the built-in text holds {len(ids)} tokens, fewer than the {tokens} asked for")
     return ids[: min(tokens, loaded.max_length - 1)]
-
-
-@contextlib.contextmanager
-def _threads(torch: Any, threads: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

@@ -16,12 +16,12 @@ its interval against bits per weight.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from precisionlab import peers
 from precisionlab.labs import Lab
 from precisionlab.labs.eval_damage import damage_parts, divergence_findings, verdict_table
 from precisionlab.peers import TORCH_INSTALL, optional_import
@@ -396,7 +396,7 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
         installed.remove("smollm2-135m")
     plans = [("smollm2-135m", ("ppl", "choice")), ("minilm-l6", ("retrieval",))]
     results = []
-    with _torch_threads(threads):
+    with peers.torch_threads(threads):
         for model, tasks in plans:
             if model in installed:
                 results.append(run(model, schemes, tasks, max_drop=max_drop, size=size,
@@ -416,23 +416,6 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
                      "schemes": ",".join(schemes), "max_drop": max_drop,
                      "commands": " ; ".join(str(r.params["command"]) for r in results)}
     return merged
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    """torch.set_num_threads(threads) for the block, restored afterwards (None: leave torch's choice)."""
-    if threads is None:
-        yield
-        return
-    from precisionlab import peers
-
-    torch = peers.torch()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 LAB = Lab(name="eval", title="Task-level evaluation on real models", run=lab_run, order=60, quick={"size": 0.1})
