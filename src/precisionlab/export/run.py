@@ -102,7 +102,7 @@ def _schemes(recipe: Recipe) -> list[str]:
 
 def _check_scheme(scheme: str, to: str) -> None:
     if to == "gguf":
-        from precisionlab.interop.writers.gguf_types import ggml_type
+        from precisionlab.quant.ggml_types import ggml_type
 
         ggml_type(scheme)
     else:
