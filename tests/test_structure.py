@@ -46,8 +46,19 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
 
 
+_IMPORTS: dict[tuple[Path, str, int], set[str]] = {}
+
+
 def imported_names(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The modules (dotted names) that the source at `path` imports anywhere in its tree."""
+    """The modules (dotted names) that the source at `path` imports anywhere in its tree (each file parsed once
+    per module map: the layer and circle tests all read the same tree)."""
+    key = (path, name, id(known))
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _parse_imports(path, name, known)
+    return _IMPORTS[key]
+
+
+def _parse_imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
     package = name if is_package(path) else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
