@@ -182,6 +182,32 @@ def test_rare_tests_resample_the_groups_not_the_documents() -> None:
     assert by_documents.ci_low > by_topics.ci_low
 
 
+
+def simulated_rare_case(rng: np.random.Generator, ratio: float, documents: int = 40, per: int = 50,
+                        share: float = 0.1) -> tuple[np.ndarray, ...]:
+    """A dataset whose true rare-bucket ratio is `ratio`: a token is rare with probability `share`; its KL is a
+    lognormal of mean 1 (sigma 1) times a per-document lognormal effect of mean 1 (sigma 1) times m_r for a rare
+    token, 1 otherwise, with m_r = ratio (1 - share) / (1 - ratio share), so E[rare KL] / E[KL] = ratio."""
+    m_rare = ratio * (1 - share) / (1 - ratio * share)
+    labels = np.where(rng.random(documents * per) < share, RARE, 0)
+    effect = np.repeat(rng.lognormal(-0.5, 1.0, documents), per)
+    kl = rng.lognormal(-0.5, 1.0, documents * per) * effect * np.where(labels == RARE, m_rare, 1.0)
+    return labels, kl, np.full(documents, per)
+
+
+def test_the_rare_test_flags_a_bucket_at_exactly_2x_at_most_at_its_one_sided_level() -> None:
+    """300 simulated datasets of 40 documents whose true ratio is exactly the multiple: a flag there is a false
+    one, and it should come at most about 2.5 % of the time (the one-sided level of a 95 % interval's end;
+    binomial sd 0.9 %); at a true 3x most datasets flag (power)."""
+    rates = {}
+    for ratio in (damage.RARE_KL_MULTIPLE, 3.0):
+        rng = np.random.default_rng(1)
+        tests = [damage.rare_bucket_tests(*simulated_rare_case(rng, ratio), n_resamples=1000)[0] for _ in range(300)]
+        assert all(t.name == "f90_100pct" and t.state != "not enough data" for t in tests)
+        rates[ratio] = sum(t.fails for t in tests) / len(tests)
+    assert rates[damage.RARE_KL_MULTIPLE] <= 0.05
+    assert rates[3.0] >= 0.8
+
 def test_analyse_tests_the_rare_buckets_on_the_bootstrap_lower_end() -> None:
     """The same heavy-tailed case through analyse: id 0 is the common type, id 1 the rare one (counts 90 / 10)."""
     labels, kl, lengths = rare_case(heavy=8.0)
