@@ -7,6 +7,8 @@ on the layer's float inputs."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -90,18 +92,17 @@ def test_the_w8a8_layer_error_counts_the_activation_quantization() -> None:
     assert measured == pytest.approx(expected, rel=1e-3)
 
 
-@pytest.mark.slow  # about 20 s of a loaded 2-core machine; the suite stays within its time
-def test_a_row_folded_layer_is_judged_in_the_original_output_coordinates() -> None:
+def check_a_row_folded_layer(loaded: Any, scheme: str, calibration_tokens: int) -> None:
     """AWQ divides up_proj's output rows by the down_proj group's scales r; its error is measured after scaling
     both outputs back by r: ||(x' Q^T - x' W'^T) r|| / ||x' W'^T r||, with x' what up_proj receives in the AWQ
     model and W' = diag(1/r) W diag(c), computed here from the result's folds on a copy of the model."""
     import copy
 
-    loaded = smollm2_slice()
-    calibration = token_batches(loaded.tokenizer, data.calibration_documents(data.builtin_split()), 256, 256)
+    calibration = token_batches(loaded.tokenizer, data.calibration_documents(data.builtin_split()),
+                                calibration_tokens, calibration_tokens)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
-        result = run_method(loaded.model, "awq", "int4:g128", calibration, blocks=[0])
+        result = run_method(loaded.model, "awq", scheme, calibration, blocks=[0])
     name = "model.layers.0.mlp.up_proj"
     c = next(s for g, s in result.folds if name in g.layers).astype(np.float64)
     r = next(s for g, s in result.folds if g.prev == name).astype(np.float64)
@@ -131,3 +132,17 @@ def test_a_row_folded_layer_is_judged_in_the_original_output_coordinates() -> No
     measured = per_layer(run)[name]
     assert abs(expected - in_folded_coordinates) > 0.01 * expected  # the two measures differ: the check can fail
     assert measured == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.slow  # about 20 s of a loaded 2-core machine; the tiny model's test below covers the path by default
+def test_a_row_folded_layer_is_judged_in_the_original_output_coordinates() -> None:
+    check_a_row_folded_layer(smollm2_slice(), "int4:g128", 256)
+
+
+def test_a_row_folded_layer_of_the_tiny_model_is_judged_in_the_original_output_coordinates(tmp_path: Path) -> None:
+    """The same check on the random two-block Llama (hidden 64, intermediate 128; int4 groups of 32 fit its rows),
+    in the default suite: seconds, where the SmolLM2 slice takes twenty."""
+    from precisionlab.models import load_model
+    from tests.export_helpers import tiny_model_dir
+
+    check_a_row_folded_layer(load_model(str(tiny_model_dir(tmp_path / "llama"))), "int4:g32", 128)

@@ -263,22 +263,22 @@ def test_results_of_another_audit_are_refused(run_cli: Any, sharded: Path, tmp_p
 
 def test_results_log_torn_tail_corrupt_line_and_lock(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
-    log = ResultsLog(path, {"kind": "audit", "version": 1})
+    log = ResultsLog(path, {"kind": "audit", "version": 1}, noun="audit")
     assert log.open() == []
     log.append(json.dumps({"kind": "tensor", "name": "a"}))
     with pytest.raises(ValueError, match="being written by another audit"):
-        ResultsLog(path, {"kind": "audit", "version": 1}).open()
+        ResultsLog(path, {"kind": "audit", "version": 1}, noun="audit").open()
     log.close()
     with path.open("ab") as handle:
         handle.write(b'{"kind":"tensor","na')  # a crash mid-write
-    again = ResultsLog(path, {"kind": "audit", "version": 1})
+    again = ResultsLog(path, {"kind": "audit", "version": 1}, noun="audit")
     assert again.open() == [{"kind": "tensor", "name": "a"}]
     again.append(json.dumps({"kind": "tensor", "name": "b"}))
     again.close()
     assert path.read_text().splitlines()[1:] == ['{"kind": "tensor", "name": "a"}', '{"kind": "tensor", "name": "b"}']
     path.write_text(path.read_text().replace('"name": "a"}', '"name": '))  # damage inside the file
     with pytest.raises(ValueError, match="line 2 is not a record"):
-        ResultsLog(path, {"kind": "audit", "version": 1}).open()
+        ResultsLog(path, {"kind": "audit", "version": 1}, noun="audit").open()
 
 
 # --------------------------------------------------------------------------- bad input

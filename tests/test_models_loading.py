@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.machinery
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,6 +166,49 @@ def test_smollm2_cache_entry(tmp_path: Path) -> None:
     for (name, a), (_, b) in zip(loaded.model.state_dict().items(), reloaded.state_dict().items(), strict=True):
         assert a.shape == b.shape and bool((a == b).all()), name
 
+
+
+def test_a_cache_entry_is_written_whole_and_a_failed_write_keeps_the_old_one(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conversion cache's entry (config, safetensors, tokenizer, precisionlab.json) on the tiny Llama: written,
+    replaced whole by a second write, and kept as it was when the second write fails half-way (the model is
+    loaded already, so that is no error)."""
+    require_peers()
+    from tests.export_helpers import tiny_model_dir
+
+    loaded = loading.load_model(str(tiny_model_dir(tmp_path / "llama")))
+    entry = tmp_path / "cache" / "models" / "key"
+    loading._save_converted(loaded.model, loaded.tokenizer, entry, {"source": "first"})
+    names = sorted(p.name for p in entry.iterdir())
+    assert {"config.json", "model.safetensors", "precisionlab.json"} <= set(names)
+    assert json.loads((entry / "precisionlab.json").read_text())["source"] == "first"
+    (entry / "stray.txt").write_text("from an older entry")
+    loading._save_converted(loaded.model, loaded.tokenizer, entry, {"source": "second"})
+    assert json.loads((entry / "precisionlab.json").read_text())["source"] == "second"
+    assert not (entry / "stray.txt").exists()  # replaced whole, not written over
+    before = {p.name: p.read_bytes() for p in entry.iterdir()}
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loaded.tokenizer, "save_pretrained", full)  # fails after config and weights are written
+        loading._save_converted(loaded.model, loaded.tokenizer, entry, {"source": "third"})
+    assert {p.name: p.read_bytes() for p in entry.iterdir()} == before
+    real_rename, real_replace = os.rename, os.replace
+
+    def moving_in_fails(rename: Any) -> Any:
+        def move(src: Any, dst: Any) -> None:
+            if Path(src).name.startswith(".key.") and ".old" not in Path(src).name:  # the new entry, complete
+                raise OSError(28, "No space left on device")
+            rename(src, dst)
+        return move
+
+    monkeypatch.setattr(os, "rename", moving_in_fails(real_rename))
+    monkeypatch.setattr(os, "replace", moving_in_fails(real_replace))
+    loading._save_converted(loaded.model, loaded.tokenizer, entry, {"source": "fourth"})
+    assert {p.name: p.read_bytes() for p in entry.iterdir()} == before  # the old entry is back, not deleted
+    assert sorted(p.name for p in entry.parent.iterdir()) == ["key"]  # nothing half-written beside it
 
 @pytest.mark.slow
 def test_gguf_first_load_converts_then_reads_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

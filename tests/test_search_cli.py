@@ -154,4 +154,4 @@ def test_a_second_run_resumes_from_the_saved_sensitivities(model: Path, run_cli:
         {k: v for k, v in b.items() if not k.startswith("search.seconds")}
     other = run_cli("search", "-m", str(model), "-f", "int4:g32,bf16", "--budget", "6", *FAST, "--out",
                     str(tmp_path / "out"))
-    assert other.exit_code == 2 and "holds the sensitivities of another search (its formats: " in other.output
+    assert other.exit_code == 2 and "holds the sensitivities of another search (its formats is " in other.output

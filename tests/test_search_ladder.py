@@ -42,7 +42,7 @@ def test_a_file_that_is_not_a_recipe_is_refused_before_loading(run_cli: Any, tmp
     bad = tmp_path / "bad.json"
     bad.write_text('{"lab": "eval", "findings": {}}')
     result = run_cli("ladder", "--model", "stub", "--recipe", str(bad))
-    assert result.exit_code == 2 and "not a result export reads" in result.output
+    assert result.exit_code == 2 and "a saved eval result, not a recipe.json" in result.output
 
 
 def test_the_recipe_rung_evaluates_the_recipes_bytes(tmp_path: Path) -> None:

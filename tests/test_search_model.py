@@ -116,6 +116,57 @@ def test_the_proxy_adds_over_a_group_and_ranks_like_the_direct_measure(tiny: dic
     assert spearman(direct, [grouped[k] for k in keys]) > 0.5
 
 
+
+def test_forked_workers_give_the_single_process_sensitivities_bit_for_bit(tiny: dict[str, Any],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default-suite sibling of the spawn test below: the same pool (interop.distribute) with forked workers,
+    which start with the parent's imports instead of a fresh interpreter (seconds instead of a minute); each still
+    rebuilds its context from the spec (the model loaded from its path, the calibration ids) in its own process."""
+    import torch
+
+    from precisionlab.interop import distribute
+    from precisionlab.search import workers
+    from precisionlab.search.units import search_units, unit_costs
+    from precisionlab.search.workers import direct_sensitivities, worker_spec
+
+    units = search_units(tiny["loaded"].model)[:2]
+    formats = FORMATS[:2]
+    costs = unit_costs(units, formats)
+    spec = worker_spec(str(tiny["path"]), "float32", tiny["batches"], torch.get_num_threads())
+    one = direct_sensitivities(tiny["context"], spec, units, formats, costs)
+    workers.release()  # the parent holds no context: the workers build their own
+    monkeypatch.setattr(distribute, "START_METHOD", "fork")
+    recorded: list[tuple[str, str]] = []
+    two = direct_sensitivities(tiny["context"], spec, units, formats, costs, workers=2,
+                               record=lambda unit, fmt, *_: recorded.append((unit, fmt)))
+    assert not workers._CONTEXTS  # no task ran in this process: it would have built its context here
+    assert sorted(recorded) == sorted(one) and len(one) == 4
+    assert {k: v[0] for k, v in two.items()} == {k: v[0] for k, v in one.items()}  # bit for bit
+
+
+def test_a_dask_cluster_in_this_process_gives_the_single_process_sensitivities(tiny: dict[str, Any]) -> None:
+    """The default-suite sibling of the Dask test below: a LocalCluster of in-process workers (threads, no
+    interpreter to start), always closed; the tasks go through the scheduler and the client as on a real cluster,
+    and each worker builds its context from the spec."""
+    pytest.importorskip("distributed")
+    import torch
+    from distributed import Client, LocalCluster
+
+    from precisionlab.search import workers
+    from precisionlab.search.units import search_units, unit_costs
+    from precisionlab.search.workers import direct_sensitivities, worker_spec
+
+    units = search_units(tiny["loaded"].model)[:2]
+    formats = FORMATS[:2]
+    costs = unit_costs(units, formats)
+    spec = worker_spec(str(tiny["path"]), "float32", tiny["batches"], torch.get_num_threads())
+    one = direct_sensitivities(tiny["context"], spec, units, formats, costs)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        two = direct_sensitivities(tiny["context"], spec, units, formats, costs, client=client)
+        assert not workers._CONTEXTS  # the workers let go of their context at the end (release)
+    assert {k: v[0] for k, v in two.items()} == {k: v[0] for k, v in one.items()}
+
 @pytest.mark.slow
 def test_two_processes_give_the_single_process_sensitivities(tiny: dict[str, Any]) -> None:
     import torch

@@ -1,6 +1,15 @@
-"""The package structure: no import circle between the modules of one package, and no module over 600 lines.
+"""The package structure: imports point down the layers, no import circle between the modules of one package, and
+no module over 600 lines.
 
-Every package under src/precisionlab (the top-level one included) is a graph: its nodes are the
+Layers (DESIGN.md, docs/layout.md): every top-level package or module of src/precisionlab has a rank in LAYERS,
+bottom first, and a module may import its own package, those of its rank and those below, never one above. Inside
+one rank, no circle between packages (eval <- ptq <- search may point one way only). The top-level utility
+modules (errors, json_input, _atomic, parallel, peers: they import nothing of precisionlab) sit just above
+`results`, so every layer may use them. `precisionlab/__init__.py` is the facade: it may import what it
+re-exports from any layer, and a module that imports `precisionlab` itself (`import precisionlab`,
+`from precisionlab import __version__`) counts as importing the highest layer the facade imports.
+
+Circles: every package under src/precisionlab (the top-level one included) is a graph: its nodes are the
 modules directly in it (`__init__` among them), and A -> B where A's source imports B anywhere: at
 the top, inside a function, or under `if TYPE_CHECKING:` (the source is read with ast, never
 imported, so every import counts; relative imports are resolved). `from P import name` points at the
@@ -9,7 +18,7 @@ module P.name when there is one, else at P itself. Importing P.X does not count 
 Any strongly connected part of more than one node is a circle. A subpackage is one node of its parent
 (every module in it, at any depth, stands for it there), so a module that imports its own subpackage
 while the subpackage imports it back is a circle of the parent; the subpackage is also tested by
-itself. Circles between unrelated packages are a layering question (DESIGN.md), not this test's.
+itself.
 """
 
 from __future__ import annotations
@@ -37,8 +46,19 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
 
 
+_IMPORTS: dict[tuple[Path, str, int], set[str]] = {}
+
+
 def imported_names(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The modules (dotted names) that the source at `path` imports anywhere in its tree."""
+    """The modules (dotted names) that the source at `path` imports anywhere in its tree (each file parsed once
+    per module map: the layer and circle tests all read the same tree)."""
+    key = (path, name, id(known))
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _parse_imports(path, name, known)
+    return _IMPORTS[key]
+
+
+def _parse_imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
     package = name if is_package(path) else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
@@ -156,6 +176,90 @@ def test_no_import_circle_inside_a_package(package: str) -> None:
     assert not found, "import circles in " + package + ": " + "; ".join(path_through(edges, p) for p in found)
 
 
+# --------------------------------------------------------------------------- the layers
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("results",),
+    ("errors", "json_input", "_atomic", "parallel", "peers"),
+    ("formats",),
+    ("rounding",),
+    ("quant",),
+    ("hardware",),
+    ("numerics", "gemm", "training", "capacity", "advise"),
+    ("interop",),
+    ("models",),
+    ("eval", "ptq", "search"),
+    ("qat",),
+    ("export",),
+    ("labs",),
+    ("report",),
+    ("cli",),
+)
+"""Bottom first (module docstring): a module imports its own rank and those below."""
+
+TOP = "precisionlab"
+
+
+def layer_of(module: str) -> str | None:
+    """The top-level package or module of `module` under precisionlab (None: the facade, precisionlab itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def upward_imports(known: dict[str, Path], layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """Every import that points above its module's layer, and every top-level name without a layer, in words."""
+    rank = {name: i for i, names in enumerate(layers) for name in names}
+    facade = max((rank.get(layer_of(t) or "", -1) for t in imported_names(known[TOP], TOP, known)), default=-1)
+    found = []
+    for name, path in known.items():
+        me = layer_of(name)
+        if me is None:
+            continue
+        if me not in rank:
+            found.append(f"{name}: {me} has no layer (give it a rank in LAYERS, DESIGN.md and docs/layout.md)")
+            continue
+        for target in sorted(imported_names(path, name, known)):
+            other = layer_of(target)
+            above = facade if other is None else rank.get(other, -1)
+            if other != me and above > rank[me]:
+                what = "the facade precisionlab/__init__.py, which imports" if other is None else "layer"
+                found.append(f"{name} imports {target}: {what} {layers[above]} sits above {me}")
+    return found
+
+
+def rank_graph(known: dict[str, Path], names: tuple[str, ...]) -> dict[str, set[str]]:
+    """Edges between the top-level packages of one rank (A -> B: a module of A imports one of B)."""
+    edges: dict[str, set[str]] = {name: set() for name in names}
+    for module, path in known.items():
+        me = layer_of(module)
+        if me not in edges:
+            continue
+        for target in imported_names(path, module, known):
+            other = layer_of(target)
+            if other in edges and other != me:
+                edges[me].add(other)
+    return edges
+
+
+def test_imports_point_down_the_layers() -> None:
+    found = upward_imports(KNOWN)
+    assert not found, "imports against the layers (DESIGN.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("names", [names for names in LAYERS if len(names) > 1], ids="+".join)
+def test_no_import_circle_between_the_packages_of_one_layer(names: tuple[str, ...]) -> None:
+    edges = rank_graph(KNOWN, names)
+    found = circles(edges)
+    assert not found, "import circles between " + ", ".join(names) + ": " + \
+        "; ".join(path_through(edges, p) for p in found)
+
+
+def test_every_top_level_name_has_a_layer() -> None:
+    present = {layer_of(name) for name in KNOWN} - {None}
+    placed = {name for names in LAYERS for name in names}
+    assert present <= placed, f"without a layer: {sorted(present - placed)}"
+    assert placed <= present, f"layers naming nothing: {sorted(placed - present)}"
+
+
 # --------------------------------------------------------------------------- the checker itself
 def write(tmp: Path, files: dict[str, str]) -> dict[str, Path]:
     for relative, text in files.items():
@@ -193,6 +297,45 @@ def test_the_checker_finds_circles_through_functions_type_checking_and_relative_
     assert edges["precisionlab.pkg.d"] == {"precisionlab.pkg", "precisionlab.pkg.sub"}
     assert circles(graph("precisionlab.pkg.sub", known)) == [["precisionlab.pkg.sub.e", "precisionlab.pkg.sub.g"]]
     assert not circles(graph("precisionlab", known))
+
+
+def test_the_layer_check_finds_upward_imports_through_functions_type_checking_relative_and_the_facade(
+        tmp_path: Path) -> None:
+    known = write(tmp_path, {
+        "precisionlab/__init__.py": "from precisionlab.mid import thing\n",
+        "precisionlab/base.py": "def f():\n    from precisionlab.mid import x\n",
+        "precisionlab/mid/__init__.py": "",
+        "precisionlab/mid/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..top.b import B\n",
+        "precisionlab/mid/c.py": "from precisionlab import base\nfrom . import a\n",
+        "precisionlab/low/__init__.py": "import precisionlab\n",
+        "precisionlab/top/__init__.py": "",
+        "precisionlab/top/b.py": "from precisionlab.mid.a import A\nfrom precisionlab import __version__\n",
+        "precisionlab/side.py": "from precisionlab.base import f\n",
+    })
+    layers = (("base",), ("low",), ("mid",), ("top",))
+    found = upward_imports(known, layers)
+    # base -> mid (in a function); mid.a -> top.b (TYPE_CHECKING, relative); low -> the facade (it imports mid);
+    # side has no layer; c -> base (down), c -> a (its own package), top.b -> mid and the facade: all allowed
+    assert found == [
+        "precisionlab.base imports precisionlab.mid: layer ('mid',) sits above base",
+        "precisionlab.low imports precisionlab: the facade precisionlab/__init__.py, which imports ('mid',) sits "
+        "above low",
+        "precisionlab.mid.a imports precisionlab.top.b: layer ('top',) sits above mid",
+        "precisionlab.side: side has no layer (give it a rank in LAYERS, DESIGN.md and docs/layout.md)",
+    ]
+
+
+def test_the_layer_check_finds_a_circle_inside_one_rank(tmp_path: Path) -> None:
+    known = write(tmp_path, {
+        "precisionlab/__init__.py": "",
+        "precisionlab/p/__init__.py": "",
+        "precisionlab/p/x.py": "def f():\n    from precisionlab.q.y import g\n",
+        "precisionlab/q/__init__.py": "",
+        "precisionlab/q/y.py": "from precisionlab.p import x\n",
+        "precisionlab/r.py": "from precisionlab.p.x import f\n",
+    })
+    assert circles(rank_graph(known, ("p", "q", "r"))) == [["p", "q"]]  # r -> p points into it only
+    assert not upward_imports(known, (("p", "q", "r"),))  # one rank: no import is upward
 
 
 # --------------------------------------------------------------------------- one job per module

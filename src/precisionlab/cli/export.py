@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, split_commas
+from precisionlab.cli.common import NonEmptyPath, set_torch_threads, split_commas
 from precisionlab.results import Scalar
 
 
@@ -69,11 +69,7 @@ def COMMAND(model: str, scheme: str | None, from_path: Path | None, step: int | 
         recipe = read_result(from_path, step)
     precheck(model, to, recipe, out, force)
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be a positive integer, got {threads}")
-        from precisionlab import peers
-
-        peers.torch().set_num_threads(threads)
+        set_torch_threads(threads)  # for this command (restored when it ends); without: the busy-machine rule
     with StepProgress() as progress:
         loaded = load_causal_lm(model, "export", progress)
         result = export_model(loaded, recipe, to, out, float_dtype=float_dtype, force=force,

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, split_commas
+from precisionlab.cli.common import emit, lab_output_options, set_torch_threads, split_commas
 from precisionlab.results import Scalar
 
 ALPHA = 0.025
@@ -123,9 +123,7 @@ def COMMAND(model: str, target: str, max_drop: float, tasks: tuple[str, ...], ex
 
     check_calibration(calibration_data(BUILTIN), task_names, option="the ladder's calibration data")
     if threads is not None:
-        from precisionlab import peers
-
-        peers.torch().set_num_threads(threads)
+        set_torch_threads(threads)  # for this command (restored when it ends); without: the busy-machine rule
     log_path = out_dir / STEPS_NAME if out_dir is not None else None
     settings = {"target": target, "max_drop": float(max_drop), "tasks": [_task_identity(t) for t in task_names],
                 "examples": examples, "grow": grow, "max_examples": max_examples, "blocks": block_ids,

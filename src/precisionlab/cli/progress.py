@@ -27,8 +27,10 @@ def busy_threads(default: int, cpus: int, load: float) -> int:
 
 
 def set_torch_threads(threads: int | None) -> str | None:
-    """Apply `--threads` (ValueError below 1). Without it, a busy machine gets fewer threads than torch's default
-    (busy_threads) and the returned line says so; None when torch keeps its default.
+    """Apply `--threads` (ValueError below 1) for the running command: peers.torch_threads entered on its click
+    context, so torch's count is restored when the command ends (outside a command: set). Without it, a busy
+    machine gets fewer threads than torch's default (busy_threads) and the returned line says so; None when torch
+    keeps its default.
 
     Why: torch's threads (OpenMP) meet at the end of every operation, so one the machine does not schedule stalls
     the others. On the 2-core development machine at a load average of 9-11, torch's default of 2 threads ran
@@ -38,7 +40,11 @@ def set_torch_threads(threads: int | None) -> str | None:
     if threads is not None:
         if threads < 1:
             raise ValueError(f"--threads must be a positive integer, got {threads}")
-        peers.torch().set_num_threads(threads)
+        ctx = click.get_current_context(silent=True)
+        if ctx is None:
+            peers.torch().set_num_threads(threads)
+        else:
+            ctx.with_resource(peers.torch_threads(threads))
         return None
     if not hasattr(os, "getloadavg"):
         return None

@@ -16,7 +16,14 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, busy_machine_threads, emit, lab_output_options, split_commas
+from precisionlab.cli.common import (
+    NonEmptyPath,
+    busy_machine_threads,
+    emit,
+    lab_output_options,
+    set_torch_threads,
+    split_commas,
+)
 from precisionlab.results import Scalar
 
 METHOD_NAMES = ("rtn", "gptq", "awq", "smoothquant", "llm_int8", "kivi")
@@ -217,11 +224,7 @@ def COMMAND(model: str, method: str | None, scheme: str | None, blocks: str | No
     calib_docs = calibration_documents(calib_data)
     check_calibration(calib_docs, task_names)  # the built-in calibration part too: against the task files
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be a positive integer, got {threads}")
-        from precisionlab import peers
-
-        peers.torch().set_num_threads(threads)
+        set_torch_threads(threads)  # for this command (restored when it ends); without: the busy-machine rule
     evaluate_tasks = not no_eval
     if evaluate_tasks and method == "kivi":
         check_kivi_tasks(task_names)

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, split_commas
+from precisionlab.cli.common import emit, lab_output_options, set_torch_threads, split_commas
 from precisionlab.results import Scalar
 
 CHECKPOINT_NAME = "qat-checkpoint.pt"
@@ -106,11 +106,7 @@ def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int 
     calib_docs = calibration_documents(calib_data)
     check_calibration(calib_docs, task_names)
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"--threads must be a positive integer, got {threads}")
-        from precisionlab import peers
-
-        peers.torch().set_num_threads(threads)
+        set_torch_threads(threads)  # for this command (restored when it ends); without: the busy-machine rule
     from precisionlab.qat.train import Interrupted
 
     settings = {"calib_data": calib_data, "calib_size": calib_size, "seq_len": seq_len,

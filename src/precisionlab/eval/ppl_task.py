@@ -85,7 +85,8 @@ def candidate(lm: scoring.CausalLM, spec: Any, arrays: dict[str, np.ndarray], ma
                                           cand_tokens=scores.tokens, **options)
     kl = stats.bootstrap_ratio(scores.kl, scores.tokens, **options)
     agree = stats.bootstrap_ratio(scores.agree, scores.tokens, percent=True, **options)
-    found = damage.analyse(scores.tokens, spec.ids, scores.token, arrays, calibration_counts(lm), _decoder(lm))
+    found = damage.analyse(scores.tokens, spec.ids, scores.token, arrays, calibration_counts(lm), _decoder(lm),
+                           **options)
     per_example = {"nll": scores.nll.tolist(), "tokens": scores.tokens.astype(int).tolist(),
                    "kl_sum": scores.kl.tolist(), "top1_agree": scores.agree.astype(int).tolist(),
                    "worst_tokens": found.worst_per_document}

@@ -24,7 +24,7 @@ import numpy as np
 from precisionlab.export.gguf import FLOAT_CHOICES
 from precisionlab.export.plan import Prepared
 from precisionlab.interop.writers import compressed as ct
-from precisionlab.interop.writers.gguf_types import narrowest_float
+from precisionlab.quant.ggml_types import narrowest_float
 
 TORCH_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 WEIGHTS = "model.safetensors"

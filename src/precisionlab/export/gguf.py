@@ -4,7 +4,7 @@ Tensor names are llama.cpp's (gguf's TensorNameMap, as its converter maps them);
 are permuted as the converter permutes them (whole rows move, so a row's blocks move with it and no value
 changes; transformers' GGUF loader permutes them back). Types:
 
-    a quantized layer        its scheme's GGML type (interop.writers.gguf_types), the layer's own codes
+    a quantized layer        its scheme's GGML type (quant.ggml_types), the layer's own codes
     1-D tensors, norms       F32 (the converter's rule)
     other float tensors      --float-dtype: auto (the narrowest of BF16 / F16 / F32 that holds the values
                              exactly; a GGUF source's tensor in its source type, a quantized one copied as
@@ -27,7 +27,8 @@ import numpy as np
 from precisionlab.export.plan import Prepared
 from precisionlab.interop.writers import gguf_meta
 from precisionlab.interop.writers.gguf_file import GGUFTensor, Pair, copy_pairs, gguf_module, write_gguf
-from precisionlab.interop.writers.gguf_types import float_bytes, narrowest_float, quantized_rows
+from precisionlab.interop.writers.gguf_tensors import quantized_rows
+from precisionlab.quant.ggml_types import float_bytes, narrowest_float
 
 FLOAT_CHOICES = {"auto": None, "f32": "F32", "fp32": "F32", "f16": "F16", "fp16": "F16", "bf16": "BF16"}
 FILE_TYPES = {"F32": "ALL_F32", "F16": "MOSTLY_F16", "BF16": "MOSTLY_BF16", "Q4_0": "MOSTLY_Q4_0",

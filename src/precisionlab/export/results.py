@@ -20,23 +20,20 @@ Kinds read today:
              layers (ladder.steps.N.include / .exclude); a GPTQ / AWQ step's saved codes
              (ladder.steps.N.weights); the outlier-column step is refused (no format holds fp16 columns
              inside a quantized matrix)
-    recipe   recipe.json: {"format": "precisionlab.recipe", "version": 1, "layers": {name: scheme, ...}, ...}:
-             each named layer round-to-nearest under its own scheme, every other layer kept in float; any
-             other key is metadata, carried into the export's record (docs/export.md)
+    recipe   recipe.json (search.recipe_file: the format, its reading and writing): each named layer
+             round-to-nearest under its own scheme, every other layer kept in float; any other key is
+             metadata, carried into the export's record (docs/export.md)
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from precisionlab.json_input import json_object
-
-RECIPE_FORMAT = "precisionlab.recipe"
-RECIPE_VERSION = 1
+from precisionlab.search.recipe_file import RECIPE_FORMAT, RECIPE_VERSION, is_recipe, parse_recipe, write_recipe
 
 
 @dataclass
@@ -211,37 +208,15 @@ def _patterns(text: Any) -> list[str]:
     return [p for p in str(text or "").split(",") if p]
 
 
-@result_reader("recipe", detect=lambda data: "layers" in data and data.get("lab") is None)
+@result_reader("recipe", detect=is_recipe)
 def _recipe(path: Path, data: dict[str, Any], step: int | None) -> Recipe:
-    from precisionlab.quant import parse_scheme
-
     if step is not None:
         raise ValueError(f"--from {path}: --step selects a ladder step; a recipe has none")
-    fmt, version = data.get("format", RECIPE_FORMAT), data.get("version", RECIPE_VERSION)
-    if fmt != RECIPE_FORMAT or version != RECIPE_VERSION:
-        raise ValueError(f"--from {path}: format {fmt!r} version {version!r}; this precisionlab reads "
-                         f"{RECIPE_FORMAT!r} version {RECIPE_VERSION}")
-    layers = data["layers"]
-    if not isinstance(layers, dict) or not layers:
-        raise ValueError(f"--from {path}: \"layers\" must map layer names to schemes")
-    out: dict[str, str] = {}
-    for name, scheme in layers.items():
-        if not isinstance(scheme, str):
-            raise ValueError(f"--from {path}: layer {name!r}: the scheme must be a string, got {scheme!r}")
-        try:
-            out[str(name)] = str(parse_scheme(scheme))
-        except ValueError as exc:
-            raise ValueError(f"--from {path}: layer {name!r}: {exc}") from None
-    metadata = {k: v for k, v in data.items() if k != "layers"}
-    schemes = sorted(set(out.values()))
-    return Recipe("recipe", f"recipe {path.name}: {len(out)} layers ({', '.join(schemes)})", layers=out,
+    layers, metadata = parse_recipe(data, f"--from {path}")
+    schemes = sorted(set(layers.values()))
+    return Recipe("recipe", f"recipe {path.name}: {len(layers)} layers ({', '.join(schemes)})", layers=layers,
                   metadata=metadata)
 
 
-def write_recipe(path: str | Path, layers: dict[str, str], **metadata: Any) -> Path:
-    """A recipe.json (the format `_recipe` reads), written whole."""
-    from precisionlab._atomic import atomic_write_with
-
-    body = {"format": RECIPE_FORMAT, "version": RECIPE_VERSION, **metadata, "layers": dict(layers)}
-    text = json.dumps(body, indent=2, sort_keys=False) + "\n"
-    return atomic_write_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+__all__ = ["READERS", "RECIPE_FORMAT", "RECIPE_VERSION", "Recipe", "read_result", "result_reader", "weights_recipe",
+           "write_recipe"]

@@ -7,14 +7,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from precisionlab._atomic import atomic_directory
 from precisionlab.export.results import Recipe
 
 FORMATS = ("gguf", "compressed-tensors")
@@ -102,7 +100,7 @@ def _schemes(recipe: Recipe) -> list[str]:
 
 def _check_scheme(scheme: str, to: str) -> None:
     if to == "gguf":
-        from precisionlab.interop.writers.gguf_types import ggml_type
+        from precisionlab.quant.ggml_types import ggml_type
 
         ggml_type(scheme)
     else:
@@ -205,7 +203,8 @@ def export_model(loaded: Any, recipe: Recipe, to: str, out: str | Path, *, float
             from precisionlab.export.verify import verify_compressed
 
             ct_plan = ct_export.plan_compressed(prepared, float_dtype)
-            _write_folder(target, lambda folder: ct_export.write(ct_plan, prepared, folder))
+            with atomic_directory(target) as folder:  # written whole: a reader sees the old export or the new
+                ct_export.write(ct_plan, prepared, folder)
             note(f"wrote {target}")
             state = prepared.state()
             verification = verify_compressed(target, ct_plan, state, reload) if verify else None
@@ -215,29 +214,3 @@ def export_model(loaded: Any, recipe: Recipe, to: str, out: str | Path, *, float
     finally:
         prepared.restore()
     return ExportResult(to, target, recipe, records, verification, notes, time.perf_counter() - start, float_dtype)
-
-
-def _write_folder(target: Path, write: Any) -> None:
-    """Write a directory whole: into a staging sibling, then moved over the target (an old one removed only
-    after the new one is complete)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
-        write(stage)
-        os.chmod(stage, 0o777 & ~_umask())
-        if target.exists():
-            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
-            os.replace(target, old / "previous")
-            os.replace(stage, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(stage, target)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -314,6 +314,17 @@ def _identity_path(path: Path) -> str:
     return str((index if path.is_dir() and index.is_file() else path).resolve())
 
 
+def _log_difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """How an audit's results log differs from this run's header, in the audit's options."""
+    if old.get("kind") != new.get("kind") or old.get("version") != new.get("version"):
+        return f"record version {old.get('version')!r}, this run writes {new.get('version')!r}"
+    if old.get("checkpoint") != new.get("checkpoint"):
+        return f"it audited {old.get('checkpoint')}"
+    if old.get("schemes") != new.get("schemes"):
+        return f"it was run with --schemes {','.join(old.get('schemes') or []) or '(none)'}"
+    return "the checkpoint's files changed since (size or modification time)"
+
+
 def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
                results_dir: str | os.PathLike[str] | None = None, checkpoint: Any = None) -> AuditPlan:
     """Open the checkpoint (a ValueError / OSError for a missing or unreadable one; or take the one given,
@@ -328,7 +339,7 @@ def plan_audit(path: str | os.PathLike[str], schemes: Sequence[str] = (),
     if results_dir is not None:
         header = {"kind": "audit", "version": RECORD_VERSION, "checkpoint": _identity_path(Path(path)),
                   "schemes": chosen, "files": _file_identity(checkpoint)}
-        plan.log = ResultsLog(Path(results_dir) / RESULTS_NAME, header)
+        plan.log = ResultsLog(Path(results_dir) / RESULTS_NAME, header, noun="audit", describe=_log_difference)
         latest = {str(r.get("name")): r for r in plan.log.open() if r.get("kind") == "tensor"}  # last one wins
         known = set(names)
         plan.done = {n: r for n, r in latest.items() if n in known and not r.get("error")}

@@ -8,6 +8,7 @@ Findings (stable keys, <bucket> as eval.damage names it):
     eval.<task>.<scheme>.by_frequency.<bucket>.tokens | .token_share | .kl | .nll_increase | .damage_share
     eval.<task>.<scheme>.by_position.<bucket>.(the same) | .ppl | .reference_ppl
     eval.<task>.<scheme>.concentration.top1_tokens | .top5_tokens | .top1_documents | .top5_documents | .gini
+    eval.<task>.<scheme>.by_frequency.<rare bucket>.kl_ratio | .kl_ratio_ci_low | .divergence_test
     eval.<task>.<scheme>.divergence (bool) and .divergence_reason (text, "" when false)
     eval.<task>.window | .stride | .model_context   (a task scored in sliding windows)
 """
@@ -88,32 +89,43 @@ def _buckets_table(task: Any, outcomes: list[Any], kind: str, findings: dict[str
 
 
 def _concentration_table(evaluation: Any, task: Any, outcomes: list[Any], findings: dict[str, Scalar]) -> Table:
-    from precisionlab.eval.damage import MIN_BUCKET_TOKENS, RARE_BUCKETS, RARE_KL_MULTIPLE
+    from precisionlab.eval.damage import MIN_BUCKET_TOKENS, MIN_BUCKET_UNITS, RARE_BUCKETS, RARE_KL_MULTIPLE
 
     columns = ["scheme", "top 1 % tokens", "top 5 % tokens", "top 1 % documents", "top 5 % documents", "Gini",
-               "rare KL / overall", "divergence", "why"]
+               "rare KL / overall", "its CI low", "divergence", "why"]
     rows: list[list[Scalar]] = []
     for outcome in outcomes:
         found = outcome.damage
         c = found.concentration
-        key = f"eval.{task.name}.{outcome.candidate}.concentration"
+        key = f"eval.{task.name}.{outcome.candidate}"
         for name in ("top1_tokens", "top5_tokens", "top1_documents", "top5_documents", "gini"):
-            findings[f"{key}.{name}"] = getattr(c, name)
-        rare = [b for b in found.by_frequency if b.name in RARE_BUCKETS and b.tokens >= MIN_BUCKET_TOKENS]
-        ratio = max((b.kl / found.kl for b in rare), default=math.nan) if found.kl > 0 else math.nan
-        flag = findings.get(f"eval.{task.name}.{outcome.candidate}.divergence")
+            findings[f"{key}.concentration.{name}"] = getattr(c, name)
+        for test in found.rare_tests:
+            findings[f"{key}.by_frequency.{test.name}.kl_ratio"] = test.ratio
+            findings[f"{key}.by_frequency.{test.name}.kl_ratio_ci_low"] = test.ci_low
+            findings[f"{key}.by_frequency.{test.name}.divergence_test"] = test.state
+        tested = [t for t in found.rare_tests if t.state != "not enough data"]
+        top = max(tested, key=lambda t: t.ci_low if math.isfinite(t.ci_low) else -math.inf, default=None)
+        why = findings.get(f"{key}.divergence_reason") or "; ".join(
+            f"{t.name}: not enough data ({t.tokens} tokens in {t.units} unit{'s' if t.units != 1 else ''})"
+            for t in found.rare_tests if t.state == "not enough data")
         rows.append([outcome.candidate, 100 * c.top1_tokens, 100 * c.top5_tokens, 100 * c.top1_documents,
-                     100 * c.top5_documents, c.gini, ratio, flag,
-                     findings.get(f"eval.{task.name}.{outcome.candidate}.divergence_reason") or ""])
+                     100 * c.top5_documents, c.gini, top.ratio if top else math.nan, top.ci_low if top else math.nan,
+                     findings.get(f"{key}.divergence"), why])
+    level = (1 - float(evaluation.settings.get("confidence", 0.95))) / 2
     note = ("Shares of the total KL carried by the worst 1 % / 5 % of tokens and of documents (at least one); Gini of "
-            "per-token KL (0: spread evenly, near 1: a few tokens carry it). rare KL / overall: the largest KL per "
-            f"token of the rare buckets ({', '.join(RARE_BUCKETS)}, with {MIN_BUCKET_TOKENS} tokens or more) over "
-            f"the overall KL. divergence: perplexity PASSES while a rare bucket's KL is above {RARE_KL_MULTIPLE:g}x "
-            f"the overall or another task FAILS (threshold --max-drop {evaluation.max_drop:g}, declared before the "
-            "run): the capability loss perplexity hides.")
+            "per-token KL (0: spread evenly, near 1: a few tokens carry it). rare KL / overall: a rare bucket's KL "
+            f"per token ({', '.join(RARE_BUCKETS)}) over the overall KL, and the lower end of its bootstrap interval "
+            "(resampling the task's documents or topics, as every interval here; the bucket shown is the one with the "
+            f"highest lower end). A rare bucket fails when that lower end is above {RARE_KL_MULTIPLE:g}x; with fewer "
+            f"than {MIN_BUCKET_TOKENS} tokens or fewer than {MIN_BUCKET_UNITS} documents (or topics) holding them it "
+            "is not enough data and never fails. divergence: perplexity PASSES while a rare bucket fails or another "
+            f"task FAILS (threshold --max-drop {evaluation.max_drop:g}, declared before the run): the capability loss "
+            f"perplexity hides. Each rare-bucket test is one-sided at {level:.3g}, as each verdict is: one more test "
+            "of this run's family (docs/eval_statistics.md, error rates).")
     return Table(key=f"{task.name}_concentration", title=f"{task.name}: how concentrated the damage is",
                  columns=columns, rows=rows, note=note,
-                 formats={c: ".3g" for c in columns[1:7]})
+                 formats={c: ".3g" for c in columns[1:8]})
 
 
 def _tops(pairs: Any) -> str:
@@ -218,6 +230,15 @@ def divergence_findings(evaluation: Any, findings: dict[str, Scalar]) -> None:
             findings[f"eval.{task.name}.{cand.label}.divergence_reason"] = flag.reason
 
 
+def tests_in_run(evaluation: Any) -> tuple[int, int]:
+    """(verdicts, rare-bucket tests) of a run: its family of tests, each at the same one-sided level (a rare bucket
+    with not enough data is no test)."""
+    verdicts = sum(len(o.comparisons) for task in evaluation.tasks for o in task.outcomes)
+    rare = sum(1 for task in evaluation.tasks for o in task.outcomes if o.damage is not None
+               for t in o.damage.rare_tests if t.state != "not enough data")
+    return verdicts, rare
+
+
 def verdict_table(evaluation: Any) -> Table:
     """Every task's verdict for every candidate in one table, with the threshold declared before the run."""
     columns = ["task", "source", "scheme", "metric", "difference", "unit", "CI low", "CI high", "threshold",
@@ -230,9 +251,13 @@ def verdict_table(evaluation: Any) -> Table:
             c = outcome.comparisons[task.primary]
             rows.append([task.name, source, outcome.candidate, task.primary, c.interval.estimate, task.unit,
                          c.interval.low, c.interval.high, threshold, c.verdict.upper(), c.interval.n])
+    verdicts, rare = tests_in_run(evaluation)
+    level = (1 - float(evaluation.settings.get("confidence", 0.95))) / 2
     note = (f"One verdict per task and candidate against --max-drop {evaluation.max_drop:g}, declared before the run "
             "(percent increase for perplexity, percentage points otherwise): PASS when the whole interval is on "
             "the good side of the threshold, FAIL when it is all beyond it, INCONCLUSIVE otherwise. Give your own "
-            "generic, product-like and adversarial files to --tasks and read them here side by side.")
+            "generic, product-like and adversarial files to --tasks and read them here side by side. This run's "
+            f"family: {verdicts} verdicts and {rare} rare-bucket tests of the divergence flag, each at a one-sided "
+            f"level of {100 * level:.3g} %, with no correction across them.")
     return Table(key="verdicts", title="Verdicts across the tasks", columns=columns, rows=rows, note=note,
                  formats={"difference": ".3g", "CI low": ".3g", "CI high": ".3g", "threshold": ".3g"})

@@ -25,7 +25,7 @@ from precisionlab import peers
 
 def linear_types(loaded: Any, report: Any = None, scheme: str | None = None) -> dict[str, str]:
     """Linear module name -> the GGML type of its weight in the export (module docstring)."""
-    from precisionlab.interop.writers.gguf_types import ggml_type, narrowest_float
+    from precisionlab.quant.ggml_types import ggml_type, narrowest_float
 
     torch = peers.torch()
     model = loaded.model
@@ -92,8 +92,8 @@ def block_mins(report: Any, model: Any, scheme: str | None, types: Mapping[str, 
 def llamacpp_activations(model: Any, types: Mapping[str, str],
                          mins: Mapping[str, np.ndarray] | None = None) -> Iterator[list[str]]:
     """Quantize each named Linear's input to its weight type's vec_dot_type while open; yields the names hooked."""
-    from precisionlab.interop.writers.gguf_types import VEC_DOT_TYPE
     from precisionlab.quant import ggml_act
+    from precisionlab.quant.ggml_types import VEC_DOT_TYPE
 
     torch = peers.torch()
     modules = dict(model.named_modules())

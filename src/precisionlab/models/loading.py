@@ -31,9 +31,7 @@ import json
 import os
 import pickle
 import re
-import shutil
 import struct
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from precisionlab import peers
+from precisionlab._atomic import atomic_directory
 from precisionlab.models.packaged import PACKAGED, installed_packaged, packaged_path
 
 DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -310,37 +309,21 @@ def _load_gguf(source: ModelSource, dtype: str, use_cache: bool,
 
 
 def _save_converted(model: Any, tokenizer: Any, target: Path, meta: dict[str, Any]) -> None:
-    """config.json + model.safetensors (tied tensors once) + tokenizer, written to a temporary sibling
-    and renamed into place, so a crash never leaves a half-written cache entry."""
+    """config.json + model.safetensors (tied tensors once) + tokenizer, written to a staging sibling and swapped
+    into place (_atomic.atomic_directory), so a crash never leaves a half-written cache entry and a failed swap
+    keeps the entry that was there. An unwritable cache is no error: the model is loaded already."""
     from safetensors.torch import save_model
 
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700; a cache entry gets the usual mode
+        with atomic_directory(target) as tmp:
+            config = model.config.to_dict()
+            config.pop("quantization_config", None)  # the tensors saved here are plain floats
+            type(model.config).from_dict(config).save_pretrained(tmp)
+            save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            tokenizer.save_pretrained(tmp)
+            (tmp / "precisionlab.json").write_text(json.dumps({**meta, "format": CACHE_FORMAT}), encoding="utf-8")
     except OSError:
-        return  # an unwritable cache is no error: the model is loaded already
-    try:
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)  # the tensors saved here are plain floats
-        type(model.config).from_dict(config).save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        tokenizer.save_pretrained(tmp)
-        (tmp / "precisionlab.json").write_text(json.dumps({**meta, "format": CACHE_FORMAT}), encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # no cache entry is no error: the model is loaded already
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+        return  # no cache entry is no error
 
 
 def gguf_tensor_types(path: Path) -> Counter[str]:

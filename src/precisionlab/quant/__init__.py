@@ -10,8 +10,9 @@
 Modules, one job each: `scheme` (grammar, presets), `blocks` (granularity -> block
 shape), `qparams` (choose scales / zero points), `elements` (codes of scaled values),
 `packing` (bit packing), `core` (quantize / dequantize), `ggml` (llama.cpp's reference quantizers
-for the gguf_* presets), `tensor` (QuantizedTensor and byte accounting), `safetensors_io` (tagged
-files), `scalers` (FP8 current / delayed scaling), `metrics` (error measures).
+for the gguf_* presets), `ggml_types` (which GGML tensor type holds a scheme exactly), `tensor`
+(QuantizedTensor and byte accounting), `safetensors_io` (tagged files), `scalers` (FP8 current /
+delayed scaling), `metrics` (error measures).
 """
 
 from precisionlab.quant.core import quantize, quantize_dequantize

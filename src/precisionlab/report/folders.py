@@ -2,7 +2,8 @@
 
     report_folder(target)   the folder IS the report (`precisionlab run --out DIR`): it is built in a
                             staging folder beside the target (.<name>.staging-XXXX) and swapped in at
-                            the end, so a reader sees the old report or the new one, never a mix.
+                            the end (_atomic.atomic_directory), so a reader sees the old report or the
+                            new one, never a mix.
                             An existing target must be a report (it holds results.json) or empty:
                             any other folder is refused rather than replaced.
     files_folder(target)    the folder receives some files (`precisionlab gemm --out DIR`, `--csv DIR`):
@@ -23,9 +24,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from precisionlab._atomic import atomic_directory
+
 REPORT_MARKER = "results.json"
 """A folder holding this file is a report that `run` may replace."""
 STAGING = ".staging-"
+"""Prefix of the staging folder files_folder makes inside its target."""
 
 
 def _cannot(target: Path, exc: OSError) -> OSError:
@@ -50,39 +54,12 @@ def check_report_target(target: Path) -> None:
 
 @contextlib.contextmanager
 def report_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a staging folder for a whole report; on success it replaces target (see module doc)."""
+    """Yield a staging folder for a whole report; on success it replaces target (see module doc; the swap is
+    _atomic.atomic_directory's: a failed swap puts the previous report back)."""
     target = Path(target)
     check_report_target(target)
-    parent = target.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{STAGING}", dir=parent))
-    except OSError as exc:
-        raise _cannot(target, exc) from None
-    try:
+    with atomic_directory(target) as staging:
         yield staging
-        os.chmod(staging, 0o777 & ~_umask())
-        _swap_in(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    """Rename staging to target; an existing target is first renamed aside, then removed."""
-    old: Path | None = None
-    try:
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-            old.rmdir()
-            os.rename(target, old)
-        os.rename(staging, target)
-    except OSError as exc:
-        if old is not None and not target.exists():
-            os.rename(old, target)  # put the previous report back
-        raise _cannot(target, exc) from None
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -117,9 +94,3 @@ def files_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
         if isinstance(exc, OSError):
             raise _cannot(target, exc) from None
         raise
-
-
-def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask

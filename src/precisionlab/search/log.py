@@ -9,7 +9,7 @@ one-sitting search resumes where it stopped.
 The file is `interop.results_log.ResultsLog`'s append-only JSON Lines (what `audit` and `ladder` resume from): a
 header line, then one line per finished (unit, format). A torn last line is dropped and measured again; a file
 whose header differs (another model, other formats or units, other calibration tokens) is refused rather than
-mixed in.
+mixed in (errors.ResultsLogMismatch), and one another search is writing right now too (errors.ResultsLogBusy).
 """
 
 from __future__ import annotations
@@ -28,17 +28,9 @@ class SensitivityLog:
 
         self.path = Path(path)
         self.header = json.loads(json.dumps({"kind": "search-sensitivities", "version": VERSION, **identity}))
-        self._log = ResultsLog(self.path, self.header)
+        self._log = ResultsLog(self.path, self.header, noun="search", records="sensitivities")
 
     def open(self) -> dict[tuple[str, str], tuple[float, float]]:
-        from precisionlab.interop.results_log import read_header
-
-        old = read_header(self.path)
-        if old is not None and old != self.header:
-            key = next((k for k in self.header if old.get(k) != self.header[k]), "a setting")
-            raise ValueError(f"{self.path} holds the sensitivities of another search (its {key}: {old.get(key)!r}, "
-                             f"this run: {self.header[key]!r}); give another --out directory, or delete the file to "
-                             "start over")
         done: dict[tuple[str, str], tuple[float, float]] = {}
         for data in self._log.open():
             if data.get("kind") == "sensitivity":

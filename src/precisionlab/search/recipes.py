@@ -2,7 +2,7 @@
 
     candidate = recipe_candidate({"model.layers.1.mlp.down_proj": "int8:row", ...}, name="search@5")
     evaluate(loaded, [candidate], tasks, max_drop)           # eval.runner: paired against the float model
-    save_recipe(path, assignment, model="smollm2-135m", budget=5.0)   # recipe.json (export.results.write_recipe)
+    save_recipe(path, assignment, model="smollm2-135m", budget=5.0)   # recipe.json (recipe_file.write_recipe)
     assignment = load_recipe(path)                           # layer -> format, read back
 
 The candidate installs each layer's values in its format (`costs.layer_values`: a scheme's dequantized codes, a
@@ -64,8 +64,8 @@ def recipe_candidate(assignment: Mapping[str, str], name: str) -> Any:
 
 
 def save_recipe(path: str | Path, assignment: Mapping[str, str], **metadata: Any) -> Path:
-    """recipe.json (module docstring) through export.results.write_recipe."""
-    from precisionlab.export.results import write_recipe
+    """recipe.json (module docstring) through recipe_file.write_recipe."""
+    from precisionlab.search.recipe_file import write_recipe
 
     schemes = {n: f for n, f in assignment.items() if not is_float_format(f)}
     floats = {n: f for n, f in assignment.items() if is_float_format(f)}
@@ -77,13 +77,11 @@ def save_recipe(path: str | Path, assignment: Mapping[str, str], **metadata: Any
 
 def load_recipe(path: str | Path) -> dict[str, str]:
     """layer -> format of a recipe.json (its "layers" and its "float_layers"); ValueError (one line) otherwise."""
-    from precisionlab.export.results import read_result
+    from precisionlab.search.recipe_file import read_recipe
 
-    recipe = read_result(path)
-    if recipe.kind != "recipe":
-        raise ValueError(f"{path}: a {recipe.kind} result, not a recipe.json")
-    out = dict(recipe.layers)
-    floats = recipe.metadata.get(FLOAT_LAYERS) or {}
+    layers, metadata = read_recipe(path)
+    out = dict(layers)
+    floats = metadata.get(FLOAT_LAYERS) or {}
     if not isinstance(floats, dict):
         raise ValueError(f"{path}: \"{FLOAT_LAYERS}\" must map layer names to bf16 or fp16")
     for name, fmt in floats.items():

@@ -41,7 +41,6 @@ def _context(spec: WorkerSpec) -> Any:
         from precisionlab.search.sensitivity import SensitivityContext
 
         torch = peers.torch()
-        torch.set_num_threads(spec.threads)
         loaded = load_model(spec.model, dtype=spec.dtype)
         batches = [torch.tensor([list(b)], dtype=torch.long) for b in spec.batches]
         _CONTEXTS.clear()
@@ -50,11 +49,15 @@ def _context(spec: WorkerSpec) -> Any:
 
 
 def direct_task(spec: WorkerSpec, unit: str, layers: tuple[str, ...], fmt: str) -> tuple[str, str, float, float]:
-    """(unit, format, KL, seconds) on this worker's context (module-level: sent by reference)."""
-    context = _context(spec)
-    began = time.perf_counter()
-    kl = context.direct(layers, fmt)
-    return unit, fmt, kl, time.perf_counter() - began
+    """(unit, format, KL, seconds) on this worker's context (module-level: sent by reference), with the parent's
+    torch threads while it runs (peers.torch_threads: the worker's own count is restored after)."""
+    from precisionlab import peers
+
+    with peers.torch_threads(spec.threads):
+        context = _context(spec)
+        began = time.perf_counter()
+        kl = context.direct(layers, fmt)
+        return unit, fmt, kl, time.perf_counter() - began
 
 
 def release() -> None:

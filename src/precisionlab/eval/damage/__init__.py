@@ -9,7 +9,7 @@ Data in, data out (numpy): `analyse` takes the per-token arrays a perplexity sco
     position       position buckets (p0_127, p128_511, p512_2047, ...)
     concentration  top 1 % / 5 % shares of tokens and documents, Gini, the concentration curve
     worst          the worst tokens, decoded, with both models' most likely tokens
-    divergence     the divergence flag and its documented thresholds
+    divergence     the divergence flag: the rare buckets' bootstrap tests and the documented thresholds
 """
 
 from __future__ import annotations
@@ -25,19 +25,22 @@ from precisionlab.eval.damage.buckets import Bucket, bucket_sums
 from precisionlab.eval.damage.concentration import Concentration, concentration
 from precisionlab.eval.damage.divergence import (
     MIN_BUCKET_TOKENS,
+    MIN_BUCKET_UNITS,
     RARE_KL_MULTIPLE,
     Divergence,
+    RareBucketTest,
     divergence,
-    failing_buckets,
+    rare_bucket_tests,
 )
 from precisionlab.eval.damage.frequency import FREQUENCY_NAMES, RARE_BUCKETS, frequency_index, token_counts
 from precisionlab.eval.damage.position import position_index
 from precisionlab.eval.damage.worst import WORST_PER_DOCUMENT, WORST_TOKENS, TokenView, WorstToken
+from precisionlab.eval.stats.inputs import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, Groups
 
-__all__ = ["FREQUENCY_NAMES", "MIN_BUCKET_TOKENS", "RARE_BUCKETS", "RARE_KL_MULTIPLE", "WORST_PER_DOCUMENT",
-           "WORST_TOKENS", "Bucket", "Concentration", "Damage", "Divergence", "TokenView", "WorstToken", "analyse",
-           "bucket_sums", "concentration", "divergence", "failing_buckets", "frequency_index", "position_index",
-           "token_counts"]
+__all__ = ["FREQUENCY_NAMES", "MIN_BUCKET_TOKENS", "MIN_BUCKET_UNITS", "RARE_BUCKETS", "RARE_KL_MULTIPLE",
+           "WORST_PER_DOCUMENT", "WORST_TOKENS", "Bucket", "Concentration", "Damage", "Divergence", "RareBucketTest",
+           "TokenView", "WorstToken", "analyse", "bucket_sums", "concentration", "divergence", "frequency_index",
+           "position_index", "rare_bucket_tests", "token_counts"]
 
 
 @dataclass
@@ -54,13 +57,22 @@ class Damage:
     concentration: Concentration
     worst: list[WorstToken]
     worst_per_document: list[list[dict[str, Any]]]
-    failing_buckets: list[str]
+    rare_tests: list[RareBucketTest]
+    """The divergence test of each rare bucket that holds a token (divergence.rare_bucket_tests)."""
+
+    @property
+    def failing_buckets(self) -> list[str]:
+        """The rare buckets whose test fails."""
+        return [t.name for t in self.rare_tests if t.fails]
 
 
 def analyse(tokens_per_document: np.ndarray, document_ids: Sequence[str], token: dict[str, np.ndarray],
-            reference: dict[str, np.ndarray], counts: np.ndarray, decode: Callable[[int], str]) -> Damage:
+            reference: dict[str, np.ndarray], counts: np.ndarray, decode: Callable[[int], str], *,
+            groups: Groups | None = None, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+            confidence: float = DEFAULT_CONFIDENCE) -> Damage:
     """The breakdowns of one candidate (token: the candidate's PplScores.token; reference: the reference's arrays
-    with token_nll, top_ids, top_logp; counts: calibration token counts, frequency.token_counts)."""
+    with token_nll, top_ids, top_logp; counts: calibration token counts, frequency.token_counts). The rare buckets'
+    tests resample the documents (or their `groups`) with the options of the task's other intervals."""
     lengths = np.asarray(tokens_per_document, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     doc = np.repeat(np.arange(lengths.size), lengths)
@@ -71,7 +83,8 @@ def analyse(tokens_per_document: np.ndarray, document_ids: Sequence[str], token:
     overall_kl = math.fsum(kl) / n if n else math.nan
     increase = nll - ref_nll
     overall_increase = math.fsum(increase) / n if n else math.nan
-    by_frequency = bucket_sums(frequency_index(token["target"], counts), FREQUENCY_NAMES, ref_nll, nll, kl)
+    labels = frequency_index(token["target"], counts)
+    by_frequency = bucket_sums(labels, FREQUENCY_NAMES, ref_nll, nll, kl)
     position, names = position_index(token["position"])
     by_position = bucket_sums(position, names, ref_nll, nll, kl)
     document_kl = np.bincount(doc, weights=kl, minlength=lengths.size)
@@ -79,4 +92,5 @@ def analyse(tokens_per_document: np.ndarray, document_ids: Sequence[str], token:
                      reference["top_ids"], reference["top_logp"], token["top_ids"], token["top_logp"], decode)
     return Damage(n, overall_kl, overall_increase, by_frequency, by_position, concentration(kl, document_kl),
                   view.worst(WORST_TOKENS), view.worst_per_document(offsets, WORST_PER_DOCUMENT),
-                  failing_buckets(by_frequency, overall_kl))
+                  rare_bucket_tests(labels, kl, lengths, groups, n_resamples=n_resamples, seed=seed,
+                                    confidence=confidence))

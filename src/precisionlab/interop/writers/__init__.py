@@ -1,7 +1,7 @@
 """Writers of other toolkits' formats, through the ecosystem's own libraries (the readers' inverse).
 
-    gguf_types    which GGML tensor type holds a precisionlab scheme exactly (or the nearest that exists),
-                  and a QuantizedTensor or a float array as that type's bytes
+    gguf_tensors  a QuantizedTensor as the bytes of its GGML type (which type holds a scheme, and a float
+                  array's values in F32 / F16 / BF16, are quant.ggml_types')
     gguf_file     a GGUF file through `gguf.GGUFWriter`: key-value pairs and tensors, written whole
     compressed    a QuantizedTensor as compressed-tensors' stored tensors, through its compressors, and the
                   `quantization_config` that describes them

@@ -8,7 +8,8 @@
 The file is `interop.results_log.ResultsLog`'s append-only JSON Lines (the layout `precisionlab
 audit` resumes from): a header line, then one line per finished step with every attempt. A torn last
 line is dropped and its step evaluated again; a file whose header differs (another model, target,
-threshold, plan, size, seed, alpha ...) is refused rather than mixed in.
+threshold, plan, size, seed, alpha ...) is refused rather than mixed in (errors.ResultsLogMismatch), and one
+another ladder run is writing right now too (errors.ResultsLogBusy).
 """
 
 from __future__ import annotations
@@ -56,23 +57,11 @@ class StepLog:
 
         self.path = Path(path)
         self.header = {"kind": "ladder", "version": RECORD_VERSION, **_safe(header)}
-        self._log = ResultsLog(self.path, self.header)
+        self._log = ResultsLog(self.path, self.header, noun="ladder run", records="steps")
 
     def open(self) -> list[StepRecord]:
         """Open (or create) the log; the steps an earlier run with the same header finished, in order."""
-        from precisionlab.interop.results_log import read_header
-
-        old = read_header(self.path)
-        if old is not None and old != json.loads(json.dumps(self.header)):
-            raise ValueError(f"{self.path} holds the steps of another ladder run ({_difference(old, self.header)}); "
-                             "give another --out directory, or delete the file to start over")
-        try:
-            records = self._log.open()
-        except ValueError as exc:
-            if "being written by another" in str(exc):
-                raise ValueError(f"{self.path} is being written by another ladder run; wait for it or use another "
-                                 "--out") from None
-            raise
+        records = self._log.open()
         done: list[StepRecord] = []
         for data in records:
             if data.get("kind") == "step":
@@ -117,13 +106,3 @@ def _safe(value: Any) -> Any:
 
 def _number(value: Any) -> Any:
     return float(value) if value in ("nan", "inf", "-inf") else value
-
-
-
-def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """The first setting that differs, in words."""
-    for key in new:
-        if old.get(key) != new[key]:
-            return f"its {key} is {old.get(key)!r}, this run's is {new[key]!r}"
-    extra = next((k for k in old if k not in new), "?")
-    return f"it has a setting {extra!r} this run does not"

@@ -1,4 +1,5 @@
-"""Which GGML tensor type holds a precisionlab scheme exactly, and the bytes of that type.
+"""Which GGML tensor type holds a precisionlab scheme exactly (the table the GGUF export, its verification and the
+llama.cpp runtime share), and a float array as that type's values.
 
 A scheme maps onto a GGML type when the type's stored fields hold its stored values one for one, so that
 llama.cpp's dequantizer reads back exactly `QuantizedTensor.dequantize()`:
@@ -15,7 +16,8 @@ Anything else is refused with the nearest type that exists (`ggml_type` raises V
 group of 64 or 128, no per-row or per-tensor scale, no fp32 / bf16 / ue8m0 block scale, no integer zero point
 (its Q4_1 / Q5_1 store a float min), no fp8 / fp4 / nf4 elements among these types.
 
-Float tensors are F32, F16 or BF16 (`float_bytes`), refused when the type would change a value.
+Float tensors are F32, F16 or BF16 (`float_bytes`), refused when the type would change a value. The bytes of a
+quantized tensor under its type are the GGUF writer's (interop.writers.gguf_tensors.quantized_rows).
 
 `VEC_DOT_TYPE` is what llama.cpp's CPU matmul quantizes the activations to for each weight type
 (ggml-cpu.c `type_traits_cpu[...].vec_dot_type`): Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for
@@ -117,17 +119,6 @@ def as_preset(q: QuantizedTensor) -> QuantizedTensor:
         return q
     preset = dataclasses.replace(PRESETS[PRESET_OF[kind]], axis=q.scheme.axis)
     return dataclasses.replace(q, scheme=preset)
-
-
-def quantized_rows(q: QuantizedTensor) -> tuple[str, np.ndarray]:
-    """(GGML type, its block bytes as a (rows, bytes per row) uint8 array) of a 2-D QuantizedTensor."""
-    from precisionlab.interop.readers.gguf_blocks import tensor_bytes
-
-    if len(q.shape) != 2:
-        raise ValueError(f"GGUF export writes 2-D quantized weights; got shape {q.shape}")
-    kind = ggml_type(q.scheme, 2)
-    flat = tensor_bytes(as_preset(q))
-    return kind, flat.reshape(q.shape[0], -1)
 
 
 def float_bytes(values: np.ndarray, kind: str) -> np.ndarray:
