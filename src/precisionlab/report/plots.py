@@ -233,14 +233,16 @@ def _log_axis(axis: Any, low: float, high: float) -> None:
 
 
 def _text_size(renderer: Any, text: str, size: float) -> tuple[float, float]:
-    """(width, height) of one line of text in inches."""
+    """(width, height) of text (its lines stacked) in inches; a line with a $...$ part is measured as the
+    mathtext matplotlib draws (log-axis tick labels are '$\\mathdefault{10^{3}}$'), not as its raw characters."""
     from matplotlib.font_manager import FontProperties
 
     if not text:
         return 0.0, 0.0
     width = height = 0.0
     for line in text.split("\n"):
-        w, h, _ = renderer.get_text_width_height_descent(line, FontProperties(size=size), ismath=False)
+        math = line.count("$") >= 2 and line.count("$") % 2 == 0
+        w, h, _ = renderer.get_text_width_height_descent(line, FontProperties(size=size), ismath=math)
         width, height = max(width, w), height + h * 1.25
     return width / DPI, height / DPI
 
