@@ -8,7 +8,7 @@ from typing import Any
 
 from precisionlab.labs.ladder import ladder_lab
 from precisionlab.labs.ptq import ptq_lab
-from precisionlab.ptq.ladder import LadderResult, Step, StepOutcome, ladder_steps, run_ladder
+from precisionlab.ptq.ladder import LadderResult, Step, StepOutcome, ladder_steps, plan_steps, run_ladder
 from precisionlab.ptq.run import LayerRecord, PTQResult
 from precisionlab.results import LabResult
 
@@ -34,6 +34,27 @@ def fabricated_climb(spread: float = 1.0, tasks: tuple[str, ...] = ("ppl",)) -> 
         return outcome(verdict, difference, size, tasks, aligned)
 
     return run_ladder(ladder_steps("int4"), evaluate, examples=16, max_drop=1.0, target="int4")
+
+
+SMOLLM2_CLIMB = {"per-tensor": (1.15e8, 67_380_000), "per-channel": (260.0, 67_790_000), "g128": (0.0, 75_670_000),
+                 "g64": (99.3, 71_580_000), "outliers-fp16": (49.1, 73_800_000),
+                 "keep-sensitive": (15.7, 196_410_000), "gptq-g64": (30.9, 194_340_000),
+                 "awq-g64": (16.4, 194_340_000), "int8": (-0.0304, 241_080_000)}
+"""Per rung: (ppl difference %, model bytes) of the ladder recorded on SmolLM2-135M at int4
+(docs/benchmarks/ladder-smollm2-int4-2026-12-02.txt): every rung fails until int8, g128 is skipped."""
+
+
+def smollm2_like_climb() -> LadderResult:
+    """The whole int4 ladder as it ran on SmolLM2 (SMOLLM2_CLIMB), no model: the widest steps table a real
+    climb writes (a skipped rung's verdict, every rung tried), for the report's layout tests."""
+    plan = plan_steps(ladder_steps("int4"), lambda step: SMOLLM2_CLIMB[step.name][1])
+
+    def evaluate(step: Step, examples: int, confidence: float) -> StepOutcome:
+        difference, size = SMOLLM2_CLIMB[step.name]
+        verdict = "pass" if step.name == "int8" else "fail"
+        return outcome(verdict, difference, size)
+
+    return run_ladder(plan.steps, evaluate, examples=40, max_drop=1.0, target="int4", skipped=plan.skipped)
 
 
 LADDER_MODEL = {"name": "tiny", "grid_note": "a Q4_1 source", "bytes": 270_000_000}

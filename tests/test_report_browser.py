@@ -8,8 +8,9 @@ image must have loaded, every contents and summary link must land on an element,
 must hold no error. A screenshot of each width is saved beside the report (screenshot-<width>.png).
 At 1280 px and wider every table shows all its columns, none cut at the box's edge (a newcomer read
 `1e-0` for `1e-08` in a cut conclusion column); where a table must scroll (1000 px) its first column
-stays pinned. At 390 px the summary's checks are on screen beside each headline, and no figure is
-shrunk below FIGURE_MIN_SCALE of its size (its axis text stays readable; it scrolls in its box).
+stays pinned. At every width every figure is whole in its box (legend and axes on screen) and shown at no less than
+FIGURE_MIN_SCALE of its drawing's size (its axis text stays readable): a phone gets each figure's narrow
+drawing. At 390 px the summary's checks are on screen beside each headline.
 
 Needs selenium (pip) and Chromium with its driver (Debian: apt-get install chromium chromium-driver;
 .ci/run installs them); without them the tests skip and say which is missing, unless
@@ -63,11 +64,14 @@ def report(browser_paths: tuple[str, str], tmp_path_factory: pytest.TempPathFact
     from click.testing import CliRunner
 
     from precisionlab.cli.main import cli
+    from precisionlab.labs.ladder import ladder_lab
     from precisionlab.report.outputs import write_lab
-    from tests.saved_results import fabricated_ladder
+    from tests.saved_results import LADDER_MODEL, smollm2_like_climb
 
     folder = tmp_path_factory.mktemp("browser")
-    write_lab(fabricated_ladder(), folder / "ladder")
+    ladder = ladder_lab(smollm2_like_climb(), {"model": "smollm2-135m", "target": "int4", "max_drop": 1.0},
+                        LADDER_MODEL)
+    write_lab(ladder, folder / "ladder")
     out = folder / "report"
     args = ["run", "--out", str(out), "--include", str(folder / "ladder" / "ladder.json")]
     if os.environ.get("PRECISIONLAB_BROWSER_REPORT", "").strip().lower() == "quick":
@@ -147,6 +151,8 @@ def _screenshot(chrome, path: Path, width: int) -> None:  # type: ignore[no-unty
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_report_reads_well_in_a_browser(report: Path, driver, width: int) -> None:  # type: ignore[no-untyped-def]
+    from precisionlab.report.html import FIGURE_MIN_SCALE
+
     _open(driver, report / "index.html", width)
     assert driver.execute_script("return document.documentElement.clientWidth") == width
     scroll_width = driver.execute_script("return document.documentElement.scrollWidth")
@@ -155,6 +161,8 @@ def test_the_report_reads_well_in_a_browser(report: Path, driver, width: int) ->
     assert driver.execute_script(BROKEN_IMAGES) == [], "images that did not load"
     assert driver.execute_script(BAD_ALT) == [], "images without alt text that says what they show"
     assert driver.execute_script(DEAD_LINKS) == [], "contents or summary links that land on nothing"
+    assert driver.execute_script(CUT_FIGURES) == [], "figures cut at their box's edge (legend or axes off screen)"
+    assert driver.execute_script(SHRUNK_FIGURES, FIGURE_MIN_SCALE) == [], "figures shrunk below readable"
     errors = [entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"]
     assert errors == [], errors
     _screenshot(driver, report / f"screenshot-{width}.png", width)
@@ -212,6 +220,11 @@ return [...document.querySelectorAll('#summary tbody tr')].map(row => {
   return (checks.width > 40 && checks.height > 0 && checks.left >= 0 && checks.right <= vw + 0.5) ? null
     : `${name}: checks at ${Math.round(checks.left)}..${Math.round(checks.right)} px of ${vw}`;
 }).filter(x => x);
+"""
+
+CUT_FIGURES = """
+return [...document.querySelectorAll('figure .figbox')].filter(box => box.scrollWidth > box.clientWidth + 1)
+  .map(box => `${box.closest('figure').id}: ${box.scrollWidth} px in ${box.clientWidth}`);
 """
 
 SHRUNK_FIGURES = """

@@ -116,3 +116,50 @@ def test_the_axpy_summary_says_when_fp16_is_numpy_software() -> None:
     assert summary(0.15, 79.3, ["fp16", "bf16"]).startswith(
         "numpy's software fp16 runs 0.15× the fp32 speed, though it moves half the bytes")
     assert summary(1.9, 79.3, []).startswith("fp16 runs 1.9× the fp32 speed")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the PNG's IHDR chunk (the file, not what the drawing code says of it)."""
+    head = path.read_bytes()[:24]
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_wrap_text_breaks_between_words_only() -> None:
+    short = lambda line: len(line) <= 10  # noqa: E731
+    assert plots.wrap_text("one two three four", short) == "one two\nthree four"
+    assert plots.wrap_text("a-very-long-word fits", short) == "a-very-long-word\nfits"  # a long word stays whole
+    assert plots.wrap_text("", short) == ""
+
+
+def test_a_narrow_drawing_fits_a_phone_legend_axes_and_title_included(tmp_path: Path) -> None:
+    """A phone (390 px) showed each figure at FIGURE_MIN_SCALE of its ~1000 px, its legend and axes cut off in a
+    scrolling box. The narrow drawing is whole within NARROW_MAX_PX: legend below, long text wrapped."""
+    labels = [f"decode, weights int{b}, batch 1..32, a long legend label {b}" for b in range(8)]
+    fig = Figure(key="f", title="Decode and prefill of a large model on a very long accelerator name roofline",
+                 xlabel="arithmetic intensity of the whole decode step (FLOP/byte)",
+                 ylabel="attained TFLOP/s per device over every layer", xscale="log", yscale="log",
+                 series=[Series(label, [1.0, 10.0, 100.0], [0.5 * (i + 1), 5.0 * (i + 1), 50.0 * (i + 1)])
+                         for i, label in enumerate(labels)])
+    plots.draw_figure(fig, tmp_path / "wide.png")
+    plots.draw_figure(fig, tmp_path / "narrow.png", narrow=True)
+    (wide_w, wide_h), (narrow_w, narrow_h) = png_size(tmp_path / "wide.png"), png_size(tmp_path / "narrow.png")
+    assert wide_w > 2 * plots.NARROW_MAX_PX
+    assert narrow_w <= plots.NARROW_MAX_PX and narrow_h > wide_h  # the legend went below the axes
+    from matplotlib.image import imread
+
+    image = imread(str(tmp_path / "narrow.png"))[..., :3] * 255
+    bottom = image[int(image.shape[0] * 0.55):]  # the legend's rows
+    for colour in plots.PALETTE[:len(labels)]:
+        target = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
+        assert np.any(np.all(np.abs(bottom - target) < 30, axis=2)), f"{colour}'s legend entry is not drawn"
+
+
+def test_a_figure_with_a_narrow_drawing_switches_to_it_where_the_wide_one_would_shrink() -> None:
+    fig = Figure(key="k", title="t", xlabel="x", ylabel="y", series=[Series("s", [1.0], [2.0])])
+    page = render_html([LabResult(name="lab", title="Lab", figures=[fig])],
+                       {("lab", "k"): FigureFile("lab_k.png", 1000, 500, narrow=("lab_k_narrow.png", 360, 600))})
+    # the wide drawing is shown at >= 0.7 of its 1000 px down to a 700 px page body, 764 px with the page padding
+    threshold = round(FIGURE_MIN_SCALE * 1000) + 64 - 1
+    assert (f"<picture><source media='(max-width: {threshold}px)' srcset='lab_k_narrow.png' width='360' "
+            f"height='600'><img src='lab_k.png' width='1000' height='500'") in page
+    assert "min-width" not in page.split("<figure")[1]

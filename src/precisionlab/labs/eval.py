@@ -380,21 +380,21 @@ def lab_run(size: float = LAB_SIZE, schemes: Sequence[str] = LAB_SCHEMES, max_dr
     `threads` torch threads (None: torch's own choice; the setting is restored afterwards)."""
     from precisionlab.models.packaged import installed_packaged
 
+    plans = [("smollm2-135m", ("ppl", "choice")), ("minilm-l6", ("retrieval",))]
     missing, install = missing_requirements()
-    if missing:
-        table = Table(key="skipped", title="Task-level evaluation: skipped", columns=["lab", "status"],
-                      rows=[["eval", f"skipped: {missing}"]],
+    if missing:  # the reason and the way to enable it are said once, by the skip record
+        table = Table(key="skipped", title="What the eval lab runs", columns=["model", "tasks", "schemes", "status"],
+                      rows=[[model, ", ".join(tasks), ", ".join(schemes), "not run"] for model, tasks in plans],
                       note="The eval lab runs real models; nothing else in the report needs them.")
         result = LabResult(name="eval", title="Task-level evaluation on real models (skipped)", sections=[table],
                            findings={"eval.skipped": f"skipped: {missing}; to enable it, {install}"},
                            params={"size": size},
-                           summary=f"skipped: {missing}; to enable it, {install}")
-        result.skip("eval", "task-level evaluation of the packaged models", missing, install, section="skipped")
+                           summary="Not run: it needs real models and the optional peers that run them (below).")
+        result.skip("eval", "task-level evaluation of the packaged models", missing, install)
         return result
     installed = installed_packaged()
     if "smollm2-135m" in installed and optional_import("gguf") is None:
         installed.remove("smollm2-135m")
-    plans = [("smollm2-135m", ("ppl", "choice")), ("minilm-l6", ("retrieval",))]
     results = []
     with peers.torch_threads(threads):
         for model, tasks in plans:

@@ -51,7 +51,7 @@ def ladder_lab(result: Any, params: dict[str, Scalar], model: dict[str, Any], sp
 
     def skipped_row(s: Any) -> list[Scalar]:
         return [None, s.step.name, s.step.scheme, s.step.method, "yes" if s.step.keep_sensitive else "no",
-                s.bytes / 1e6, None, None, None, None, f"SKIPPED (dearer than {s.instead.name})", None, None,
+                s.bytes / 1e6, None, None, None, None, "SKIPPED", None, None,
                 None, None, None] + ([None] if speed is not None else [])
 
     for r in result.steps:

@@ -117,8 +117,11 @@ details{margin:.8rem 0}
 LONG_TABLE_ROWS = 40
 """A table of more rows than this is folded (a <details> whose summary gives the row count); its note stays."""
 FIGURE_MIN_SCALE = 0.7
-"""A figure is never shown smaller than this share of its pixel size (its axis text stays readable); on a
-narrower screen it scrolls sideways in its own box."""
+"""A figure is never shown smaller than this share of its pixel size (its axis text stays readable): where the
+page is narrower, the figure's narrow drawing (legend below, at most report.plots.NARROW_MAX_PX wide) is shown
+instead, whole; a figure drawn only once scrolls sideways in its own box."""
+PAGE_SIDE_PADDING_PX = 64
+"""The page's left and right padding together above 700 px (.page: 2rem each side)."""
 COMPACT_COLUMNS = 12
 """A table of this many columns or more gets the compact type (smaller font, tighter cells), to fit 1280 px."""
 WIDE = ("command", "options", "host", "versions", "git_commit")
@@ -136,6 +139,8 @@ class FigureFile:
     height: int
     svg: str | None = None
     notes: list[str] = field(default_factory=list)
+    narrow: tuple[str, int, int] | None = None
+    """The phone-width drawing (report.plots' narrow=True): file name, width, height."""
 
 
 def anchor(*parts: str) -> str:
@@ -383,6 +388,13 @@ def _figure(result: LabResult, fig: Figure, where: str, files: FigureFile | None
     if files.svg:
         caption.append(f"<a href='{_e(files.svg)}'>SVG</a>")
     least = round(FIGURE_MIN_SCALE * files.width)
-    return (f"<figure id='{where}'><div class='figbox'><a href='{_e(files.png)}'><img src='{_e(files.png)}' "
-            f"width='{files.width}' height='{files.height}' style='min-width:{least}px' alt='{_e(alt)}'></a></div>"
+    if files.narrow is None:  # a single drawing: never shown below FIGURE_MIN_SCALE, it scrolls in its box instead
+        image = (f"<img src='{_e(files.png)}' width='{files.width}' height='{files.height}' "
+                 f"style='min-width:{least}px' alt='{_e(alt)}'>")
+    else:  # the narrow drawing wherever the wide one would be shown below FIGURE_MIN_SCALE of its width
+        name, width, height = files.narrow
+        image = (f"<picture><source media='(max-width: {least + PAGE_SIDE_PADDING_PX - 1}px)' "
+                 f"srcset='{_e(name)}' width='{width}' height='{height}'><img src='{_e(files.png)}' "
+                 f"width='{files.width}' height='{files.height}' alt='{_e(alt)}'></picture>")
+    return (f"<figure id='{where}'><div class='figbox'><a href='{_e(files.png)}'>{image}</a></div>"
             f"<figcaption>{' '.join(caption)}</figcaption></figure>")

@@ -31,8 +31,10 @@ def figure_stem(result: LabResult, key: str) -> str:
     return f"{result.name}_{key}"
 
 
-def write_figures(result: LabResult, out_dir: Path, svg: bool = False) -> dict[tuple[str, str], FigureFile]:
-    """Every figure of a lab as <lab>_<key>.png (and .svg); returns what the HTML page needs of each."""
+def write_figures(result: LabResult, out_dir: Path, svg: bool = False,
+                  narrow: bool = False) -> dict[tuple[str, str], FigureFile]:
+    """Every figure of a lab as <lab>_<key>.png (and .svg; with `narrow`, also <lab>_<key>_narrow.png, the
+    drawing the HTML report shows on a phone); returns what the HTML page needs of each."""
     from precisionlab.report.plots import draw_figure
 
     drawn: dict[tuple[str, str], FigureFile] = {}
@@ -40,8 +42,12 @@ def write_figures(result: LabResult, out_dir: Path, svg: bool = False) -> dict[t
         stem = figure_stem(result, fig.key)
         png, vector = out_dir / f"{stem}.png", (out_dir / f"{stem}.svg" if svg else None)
         done = draw_figure(fig, png, vector)
+        phone = None
+        if narrow:
+            small = out_dir / f"{stem}_narrow.png"
+            phone = (small.name, *draw_figure(fig, small, narrow=True).size)
         drawn[(result.name, fig.key)] = FigureFile(png.name, *done.size, svg=vector.name if vector else None,
-                                                   notes=done.notes)
+                                                   notes=done.notes, narrow=phone)
     return drawn
 
 
@@ -101,8 +107,9 @@ def write_report_files(results: Sequence[LabResult], folder: Path, provenance: M
     everything = [*results, *(saved.result for saved in included)]
     figures: dict[tuple[str, str], FigureFile] = {}
     for result in everything:
-        figures.update(write_figures(result, folder, svg))
+        figures.update(write_figures(result, folder, svg, narrow=True))
     paths = [folder / f.png for f in figures.values()] + [folder / f.svg for f in figures.values() if f.svg]
+    paths += [folder / f.narrow[0] for f in figures.values() if f.narrow]
     payload: dict[str, object] = {"labs": [r.to_dict() for r in everything]}
     if provenance is not None:
         payload = {"provenance": jsonable(dict(provenance)), **payload}

@@ -21,12 +21,16 @@ Rules every figure follows:
 - The layout is computed once, from measured text sizes, before the one draw per file: the
   axes box has a fixed size and the figure grows around it (legend, tick labels, title), so
   matplotlib never re-lays a figure out (no tight_layout, no bbox_inches="tight").
+- A narrow drawing (`narrow=True`, what the HTML report shows on a phone) has a smaller axes box
+  (NARROW_AXES_HEIGHT high, as wide as NARROW_MAX_PX leaves), its legend in one column below the
+  axes, and its title, axis labels and legend labels wrapped to the figure's width, so the whole
+  figure, legend and axes included, is at most NARROW_MAX_PX wide at full size.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,12 @@ LINE_LABEL_PT = 9.0
 DPI = 110
 AXES_SIZE = (6.4, 3.9)
 """Width and height of every axes box, inches: the figure grows around it."""
+NARROW_MAX_PX = 360
+"""Widest a narrow drawing may be: a 390 px phone screen less the report page's side padding."""
+NARROW_AXES_HEIGHT = 2.2
+"""The axes box height of a narrow drawing, inches; its width is what NARROW_MAX_PX leaves beside the y tick
+labels and axis label (at least NARROW_AXES_MIN_WIDTH)."""
+NARROW_AXES_MIN_WIDTH = 1.6
 PAD = 0.12
 """Inches of white space at each figure edge."""
 TICK_FONT = 8.5
@@ -223,14 +233,16 @@ def _log_axis(axis: Any, low: float, high: float) -> None:
 
 
 def _text_size(renderer: Any, text: str, size: float) -> tuple[float, float]:
-    """(width, height) of one line of text in inches."""
+    """(width, height) of text (its lines stacked) in inches; a line with a $...$ part is measured as the
+    mathtext matplotlib draws (log-axis tick labels are '$\\mathdefault{10^{3}}$'), not as its raw characters."""
     from matplotlib.font_manager import FontProperties
 
     if not text:
         return 0.0, 0.0
     width = height = 0.0
     for line in text.split("\n"):
-        w, h, _ = renderer.get_text_width_height_descent(line, FontProperties(size=size), ismath=False)
+        math = line.count("$") >= 2 and line.count("$") % 2 == 0
+        w, h, _ = renderer.get_text_width_height_descent(line, FontProperties(size=size), ismath=math)
         width, height = max(width, w), height + h * 1.25
     return width / DPI, height / DPI
 
@@ -272,8 +284,21 @@ def _line_style(style: str) -> Any:
     return "-"
 
 
-def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
-    """Draw `fig` into `png` (and `svg` when given) with one layout and one draw per file."""
+def wrap_text(text: str, fits: Any) -> str:
+    """`text` with line breaks between words, so that every line passes `fits(line)` where a line of one word
+    can (a word longer than the width stays whole)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and fits(f"{lines[-1]} {word}"):
+            lines[-1] = f"{lines[-1]} {word}"
+        else:
+            lines.append(word)
+    return "\n".join(lines) if lines else text
+
+
+def draw_figure(fig: Figure, png: Path, svg: Path | None = None, narrow: bool = False) -> Drawn:
+    """Draw `fig` into `png` (and `svg` when given) with one layout and one draw per file; `narrow`: the
+    phone-width drawing (see the module docstring)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
     from matplotlib.lines import Line2D
@@ -323,14 +348,19 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
                               linestyle=_line_style(s.style) if line or s.style == INTERVAL else "none",
                               label=s.label))
     renderer = canvas.get_renderer()
-    legend = None
-    if handles:
-        columns = 1 if len(handles) <= 16 else 2
-        legend = ax.legend(handles=handles, fontsize=LEGEND_FONT, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                           borderaxespad=0.0, ncols=columns, frameon=False)
-    ax.set_title(fig.title, fontsize=TITLE_FONT, y=1.0, pad=8)  # y given: no automatic re-placement
-    ax.set_xlabel(fig.xlabel, fontsize=AXIS_FONT)
-    ax.set_ylabel(fig.ylabel, fontsize=AXIS_FONT)
+
+    def fits(size: float, inches: float) -> Callable[[str], bool]:
+        return lambda line: _text_size(renderer, line, size)[0] <= inches
+
+    xlabel, ylabel = fig.xlabel, fig.ylabel
+    room = NARROW_MAX_PX / DPI - 2 * PAD
+    if narrow:  # wrapped to the widest the figure may be (the y label to the axes' height)
+        xlabel = wrap_text(xlabel, fits(AXIS_FONT, room))
+        ylabel = wrap_text(ylabel, fits(AXIS_FONT, NARROW_AXES_HEIGHT))
+        for handle in handles:
+            handle.set_label(wrap_text(str(handle.get_label()), fits(LEGEND_FONT, room - 0.45)))
+    ax.set_xlabel(xlabel, fontsize=AXIS_FONT)
+    ax.set_ylabel(ylabel, fontsize=AXIS_FONT)
     ax.tick_params(labelsize=TICK_FONT)
 
     # Lay out once: the axes box is fixed, the margins are the measured text around it.
@@ -339,19 +369,42 @@ def draw_figure(fig: Figure, png: Path, svg: Path | None = None) -> Drawn:
     if fig.series and any(s.kind == "bar" for s in fig.series):
         tick_h = max(tick_h, max((_text_size(renderer, str(x), TICK_FONT)[1] for s in fig.series for x in s.x),
                                  default=0.0))
-    label_h = _text_size(renderer, "Xg", AXIS_FONT)[1]
-    title_w, title_h = _text_size(renderer, fig.title, TITLE_FONT)
-    left = PAD + label_h + 0.08 + tick_w + 0.1
-    bottom = PAD + label_h + 0.08 + tick_h + 0.1
+    line_h = _text_size(renderer, "Xg", AXIS_FONT)[1]
+    xlabel_h = max(line_h, _text_size(renderer, xlabel, AXIS_FONT)[1])  # more than one line only when narrow
+    ylabel_h = max(line_h, _text_size(renderer, ylabel, AXIS_FONT)[1])
+    left = PAD + ylabel_h + 0.08 + tick_w + 0.1
+    below_axes = xlabel_h + 0.08 + tick_h + 0.1  # the x tick labels and the x axis label
+    bottom = PAD + below_axes
+    axes_w, axes_h = AXES_SIZE
+    title = fig.title
+    if narrow:  # the title is centred on the axes, whose right edge is PAD + 0.15 from the figure's
+        axes_w, axes_h = max(NARROW_AXES_MIN_WIDTH, NARROW_MAX_PX / DPI - left - PAD - 0.15), NARROW_AXES_HEIGHT
+        title = wrap_text(title, fits(TITLE_FONT, axes_w + 0.3))
+    ax.set_title(title, fontsize=TITLE_FONT, y=1.0, pad=8)  # y given: no automatic re-placement
+    title_w, title_h = _text_size(renderer, title, TITLE_FONT)
     top = PAD + title_h + 0.12 + 0.12  # room for an offset text ("1e8") above the y axis
+    legend = None
     legend_w = legend_h = 0.0
+    if handles and narrow:  # one column under the x axis label
+        legend = ax.legend(handles=handles, fontsize=LEGEND_FONT, loc="upper left", borderaxespad=0.0,
+                           bbox_to_anchor=(-(left - PAD) / axes_w, -(below_axes + 0.1) / axes_h), ncols=1,
+                           frameon=False)
+    elif handles:
+        columns = 1 if len(handles) <= 16 else 2
+        legend = ax.legend(handles=handles, fontsize=LEGEND_FONT, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                           borderaxespad=0.0, ncols=columns, frameon=False)
     if legend is not None:
         extent = legend.get_window_extent(renderer)
         legend_w, legend_h = extent.width / DPI, extent.height / DPI
-    axes_w, axes_h = AXES_SIZE
-    right = PAD + (legend_w + 0.02 * axes_w + 0.1 if legend is not None else 0.15)
-    width = max(left + axes_w + right, title_w + 2 * PAD)
-    height = max(bottom + axes_h + top, bottom + legend_h + top)
+    if narrow:
+        right = PAD + 0.15
+        bottom += legend_h + 0.1 if legend is not None else 0.0
+        width = max(left + axes_w + right, legend_w + 2 * PAD)
+        height = bottom + axes_h + top
+    else:
+        right = PAD + (legend_w + 0.02 * axes_w + 0.1 if legend is not None else 0.15)
+        width = max(left + axes_w + right, title_w + 2 * PAD)
+        height = max(bottom + axes_h + top, bottom + legend_h + top)
     figure.set_size_inches(width, height)
     ax.set_position((left / width, (height - top - axes_h) / height, axes_w / width, axes_h / height))
 
