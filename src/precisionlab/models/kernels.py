@@ -11,8 +11,9 @@ checked numerically in tests/test_kernels_cpu.py):
 
     _weight_int8pack_mm(A[M,K], B int8[N,K], scales[N])     y = A @ (B * scales)^T
         w = fp32(q * s) (exact: 8 x 8 bits), fp32 FMA accumulation, output in A's dtype. scales must have
-        A's dtype. Vectorised (AVX-512 / AVX2) for bf16 A only: fp16 and fp32 A take a scalar loop (15-60x
-        slower). K must be a multiple of 16: other K give wrong results without an error (K = 200: 16 %).
+        A's dtype. Vectorised (AVX-512 / AVX2) for bf16 A only: fp16 and fp32 A take a scalar loop (many
+        times slower; docs/profile.md has the measured ratios with their conditions). K must be a multiple
+        of 16: other K give wrong results without an error (K = 200: 16 %).
     _convert_weight_to_int4pack_for_cpu(q int32[N,K] in 0..15, innerKTiles) -> uint8[N, K/2]
     _weight_int4pack_mm_for_cpu(A[M,K], packed, g, qScaleAndZeros[K/g, N, 2])
         w = fp32(fma(q - 8, s, z)): the zero point z is a float added at code 8, s and z in A's dtype;
