@@ -30,12 +30,21 @@ def test_schemes_the_kernels_run_exactly(scheme: str, kernel: str) -> None:
     assert plan.kernel == kernel and plan.exact and plan.runs == plan.scheme and plan.reason == ""
 
 
-@pytest.mark.parametrize(("scheme", "twin"), [("int8:row", "int8:row:scale=bf16"),
-                                              ("int4:g128", "int4:g128:scale=bf16"),
+@pytest.mark.parametrize(("scheme", "twin"), [("int4:g128", "int4:g128:scale=bf16"),
                                               ("int4:g64:scale=fp32", "int4:g64:scale=bf16")])
 def test_a_scale_format_the_kernel_does_not_take_names_its_twin(scheme: str, twin: str) -> None:
     plan = kernels.kernel_plan(scheme)
     assert plan.kernel is None and plan.runs == twin and "bf16" in plan.reason
+
+
+@pytest.mark.parametrize("scheme", ["int8:row", "int8:row:scale=fp32", "int8"])
+def test_int8_runs_any_scale_format_with_the_scales_on_the_output(scheme: str) -> None:
+    """The int8 kernel's scale is one per output row, so it factors out of the row's sum: int8:row (fp16
+    scales, the default) runs on the kernel itself, no twin, its plan saying how."""
+    plan = kernels.kernel_plan(scheme)
+    assert plan.kernel == kernels.TORCH_INT8 and plan.exact and plan.runs == plan.scheme and plan.reason == ""
+    assert "output" in plan.how and kernels.output_scaled(scheme)
+    assert kernels.kernel_plan("int8:row:scale=bf16").how == "" and not kernels.output_scaled("int8:row:scale=bf16")
 
 
 @pytest.mark.parametrize(("scheme", "words"), [
@@ -90,14 +99,14 @@ def test_power_of_two_scales_read_back_bit_for_bit() -> None:
     assert np.array_equal(read, codes * scales)
 
 
-@pytest.mark.parametrize("scheme", ["int8:row:scale=bf16", "int4:g128:scale=bf16", "int4:g64:scale=bf16"])
+@pytest.mark.parametrize("scheme", ["int8:row:scale=bf16", "int8:row", "int4:g128:scale=bf16", "int4:g64:scale=bf16"])
 @pytest.mark.parametrize("m", [1, 3, 64])
 def test_outputs_within_the_stated_bound(scheme: str, m: int) -> None:
     w = _weight(192, 576, seed=m)
     packed = kernels.pack(w, scheme)
     x = torch.randn(m, 576, generator=torch.Generator().manual_seed(m))
     y = kernels.kernel_matmul(packed, x.to(torch.bfloat16)).double().numpy()
-    fraction = kernels.bound_fraction(y, x.numpy(), packed.emulated)
+    fraction = kernels.bound_fraction(y, x.numpy(), packed.emulated, kernels.output_rounding(packed, torch.float32))
     assert fraction <= 1.0
     exact = x.double().numpy() @ packed.emulated.astype(np.float64).T
     rel = np.linalg.norm(y - exact) / np.linalg.norm(exact)
@@ -124,6 +133,39 @@ def test_the_bound_follows_its_derivation() -> None:
     u, gamma = 2.0**-8, 3 * 2.0**-24 / (1 - 3 * 2.0**-24)
     assert y[0, 0] == 0.25 - 1.0 - 0.5
     assert math.isclose(bound[0, 0], u * 1.25 + (1 + u) * (u + (1 + u) * gamma) * (0.25 + 1.0 + 0.5), rel_tol=1e-15)
+
+
+def test_int8_row_with_fp16_scales_reads_back_the_emulated_weight_bit_for_bit() -> None:
+    """One-hot activations through int8:row's kernel path: each output is q (exact in bf16) times its fp16 row
+    scale in float32, one exact product: precisionlab's dequantized int8:row weight itself, bit for bit (the
+    independent reference: quant.quantize); torch.profiler sees the int8 kernel run."""
+    w = _weight(48, 64, seed=3)
+    packed = kernels.pack(w, "int8:row")
+    assert packed.output_scales.dtype == torch.float16
+    assert torch.equal(packed.scales, torch.ones(48, dtype=torch.bfloat16))
+    assert packed.stored_bytes == 48 * 64 + 2 * 48 + 2 * 48  # codes, the kernel's unit bf16 scales, the fp16 scales
+    eye = torch.eye(64, dtype=torch.bfloat16)
+    box: dict = {}
+    ops = list(kernels.KERNEL_OPS.values())
+    calls = kernels.op_calls(lambda: box.update(y=kernels.kernel_matmul(packed, eye)), ops)
+    assert calls == {"aten::_weight_int8pack_mm": 1, "aten::_weight_int4pack_mm_for_cpu": 0}
+    assert box["y"].dtype == torch.float32
+    assert np.array_equal(box["y"].numpy().T, quantize(w, "int8:row").dequantize())
+
+
+def test_the_output_rounding_follows_its_derivation() -> None:
+    """t = u for the kernel's bf16 output; (1 + u)(1 + u32)(1 + u_model) - 1 with the scales on the output."""
+    u, u32 = 2.0**-8, 2.0**-24
+    plain, scaled = kernels.pack(_weight(16, 64), "int8:row:scale=bf16"), kernels.pack(_weight(16, 64), "int8:row")
+    assert kernels.output_rounding(plain, torch.bfloat16) == u
+    assert kernels.output_rounding(scaled, torch.float32) == (1 + u) * (1 + u32) - 1
+    assert kernels.output_rounding(scaled, "bfloat16") == (1 + u) * (1 + u32) * (1 + u) - 1
+    x, w = np.array([[1.0, -2.0]]), np.array([[0.5, 0.25]], dtype=np.float32)
+    t, gamma = 0.01, 2 * u32 / (1 - 2 * u32)
+    _, bound = kernels.output_bound(x, w, rounding=t)
+    assert math.isclose(bound[0, 0], t * 0.0 + (1 + t) * (u + (1 + u) * gamma) * 1.0, rel_tol=1e-15)
+    with pytest.raises(ValueError, match="float64"):
+        kernels.output_rounding(scaled, "float64")
 
 
 def test_float32_activations_path() -> None:

@@ -21,9 +21,16 @@ INCLUDE = ["model.layers.0.*", "model.layers.1.*"]
 
 
 def test_kernel_twins() -> None:
-    assert speed.kernel_twins(["int8:row", "int4:g128:scale=bf16", "nvfp4", "int8:row+act=int8:row"]) == [
-        "int8:row", "int8:row:scale=bf16", "int4:g128:scale=bf16", "nvfp4", "int8:row+act=int8:row"]
-    assert speed.kernel_twins(["int8:row", "int8:row:scale=bf16"]) == ["int8:row", "int8:row:scale=bf16"]
+    """int4 with fp16 group scales gains its bf16-scale twin, with the line that says why; int8:row runs on
+    the int8 kernel itself (its row scales on the output) and gains none."""
+    assert speed.kernel_twins(["int4:g128", "int8:row", "int4:g64:scale=bf16", "nvfp4", "int8:row+act=int8:row"]) == [
+        "int4:g128", "int4:g128:scale=bf16", "int8:row", "int4:g64:scale=bf16", "nvfp4", "int8:row+act=int8:row"]
+    assert speed.kernel_twins(["int4:g128", "int4:g128:scale=bf16"]) == ["int4:g128", "int4:g128:scale=bf16"]
+    lines = speed.twin_lines(["int8:row", "int4:g128"])
+    assert list(lines) == ["int4:g128:scale=bf16"]
+    assert lines["int4:g128:scale=bf16"] == (
+        "int4:g128 keeps fp16 scales, which no kernel here takes; its bf16-scale twin int4:g128:scale=bf16 runs on "
+        "the int4 kernel and is evaluated too, so the model timed is the model judged")
 
 
 @pytest.mark.parametrize(("settings", "words"), [({"repetitions": 1}, "repetitions"), ({"new_tokens": 0}, "new_tokens"),
@@ -37,7 +44,7 @@ def test_bad_settings(settings: dict, words: str) -> None:
 @pytest.fixture(scope="module")
 def measured() -> speed.SpeedRun:
     loaded = smollm2_slice()
-    specs = ["int8:row", "int8:row:scale=bf16", "int4:g64:scale=bf16", "int8:row+act=int8:row", "nvfp4"]
+    specs = ["int8:row", "int8:row:scale=bf16", "int4:g64", "int4:g64:scale=bf16", "int8:row+act=int8:row", "nvfp4"]
     return speed.measure_speed(loaded, [speed.speed_candidate(c) for c in parse_candidates(specs)], INCLUDE,
                                **SETTINGS)
 
@@ -46,15 +53,27 @@ def test_kernel_path_within_the_stated_tolerance_of_the_emulation(measured: spee
     """On SmolLM2's own activations (the emulated model's inputs to each of its 14 swapped layers), every
     output lies within models.kernels.output_bound of the exact product with the emulated weight; the
     next-token distributions of the whole kernel path stay within 1e-2 nats of the emulation's."""
-    for label in ("int8:row:scale=bf16", "int4:g64:scale=bf16"):
+    for label in ("int8:row", "int8:row:scale=bf16", "int4:g64:scale=bf16"):
         row = measured.row(label)
         assert row.layers == 14 and not row.skipped
         assert 0 < row.bound_fraction <= 1.0
         assert 0 < row.kl_to_emulation < 1e-2
 
 
+def test_int8_row_runs_on_the_int8_kernel(measured: speed.SpeedRun) -> None:
+    """int8:row (fp16 scales) is measured itself, on the real kernel: torch.profiler counts one int8 kernel
+    call per swapped layer in a forward, and the row says how its scales are held."""
+    from precisionlab.models import kernels
+
+    row = measured.row("int8:row")
+    assert row.kernel == kernels.TORCH_INT8 and row.runs == "int8:row" and len(row.decode) == 2
+    assert row.op == "aten::_weight_int8pack_mm" and row.op_calls == row.layers == 14
+    assert "multiply the kernel's output" in row.note
+    assert measured.row("int4:g64:scale=bf16").op_calls == 14
+
+
 def test_rows_without_a_kernel_say_so(measured: speed.SpeedRun) -> None:
-    for label, words in (("int8:row", "int8:row:scale=bf16 runs"), ("int8:row+act=int8:row", "run time"),
+    for label, words in (("int4:g64", "int4:g64:scale=bf16 runs"), ("int8:row+act=int8:row", "run time"),
                          ("nvfp4", "e2m1")):
         row = measured.row(label)
         assert row.kernel is None and row.note.startswith(speed.NO_KERNEL) and words in row.note
@@ -71,13 +90,46 @@ def test_findings_and_ratios(measured: speed.SpeedRun) -> None:
     assert f["eval.speed.int4:g64:scale=bf16.decode_ratio_min"] == min(ratios)
     assert math.isclose(f["eval.speed.int4:g64:scale=bf16.decode_tokens_per_s"], float(np.median(row.decode)))
     assert f["eval.speed.int4:g64:scale=bf16.kernel"] == "torch _weight_int4pack_mm_for_cpu"
-    assert f["eval.speed.int8:row.kernel"] == "none" and f["eval.speed.int8:row.runs_as"] == "int8:row:scale=bf16"
-    assert "eval.speed.int8:row.decode_ratio" not in f
+    assert f["eval.speed.int4:g64.kernel"] == "none" and f["eval.speed.int4:g64.runs_as"] == "int4:g64:scale=bf16"
+    assert "eval.speed.int4:g64.decode_ratio" not in f
+    assert f["eval.speed.int8:row.kernel"] == "torch _weight_int8pack_mm" and f["eval.speed.int8:row.decode_ratio"] > 0
+    assert f["eval.speed.int8:row.op_calls"] == 14
     assert f["eval.speed.threads"] == 1 and f["eval.speed.prompt_tokens"] == 16
     assert all(v > 0 for v in measured.reference_prefill)
     table = part.tables[0]
     assert table.key == "speed" and table.rows[0][0] == "reference"
     assert [r[0] for r in table.rows[1:]] == [r.label for r in measured.rows]
+
+
+def test_the_reference_row_sits_under_its_columns(measured: speed.SpeedRun) -> None:
+    """The reference's tokens/s under 'decode tok/s' and 'prefill tok/s', its ratios 1 (they had shifted one
+    column left: the decode tok/s under 'kernel MB')."""
+    reference = speed.speed_part(measured).tables[0].records()[0]
+    assert reference["decode tok/s"] == float(np.median(measured.reference_decode))
+    assert reference["prefill tok/s"] == float(np.median(measured.reference_prefill))
+    assert reference["decode ratio"] == reference["prefill ratio"] == 1.0 and reference["kernel MB"] is None
+
+
+def test_the_conditions_and_the_twin_are_stated(measured: speed.SpeedRun) -> None:
+    import os
+
+    part = speed.speed_part(measured)
+    f, note = part.findings, part.tables[0].note
+    assert 0 <= f["eval.speed.load_average_start"] <= os.cpu_count() * 100 and f["eval.speed.load_average_end"] >= 0
+    assert f["eval.speed.cpu_capability"] == torch_capability() and f["eval.speed.activations"] == "bfloat16"
+    assert f["eval.speed.model_dtype"] == "float32"
+    assert note.startswith("Conditions: torch threads 1; load average (1 min) ") and "M = 1 in decode" in note
+    assert f"torch CPU capability {torch_capability()}" in note
+    line = speed.twin_lines(["int4:g64"])["int4:g64:scale=bf16"]
+    assert line in note and line in f["eval.speed.int4:g64.note"]
+    assert f["eval.speed.int4:g64:scale=bf16.twin_of"] == "int4:g64"
+    assert "eval.speed.int8:row:scale=bf16.twin_of" not in f  # int8:row runs itself: no twin stands for it
+
+
+def torch_capability() -> str:
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def test_a_ptq_result_runs_its_own_codes() -> None:
@@ -132,6 +184,6 @@ def test_eval_speed_cli(run_cli, monkeypatch: pytest.MonkeyPatch, tmp_path) -> N
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "eval.json").read_text())
     f = saved["findings"]
-    assert "eval.ppl.int8:row:scale=bf16.verdict" in f  # the twin the kernel runs is evaluated too
-    assert f["eval.speed.int8:row:scale=bf16.decode_ratio"] > 0 and f["eval.speed.int8:row.kernel"] == "none"
+    assert "eval.ppl.int8:row:scale=bf16.verdict" not in f  # int8:row runs on the kernel itself: no twin
+    assert f["eval.speed.int8:row.decode_ratio"] > 0 and f["eval.speed.int8:row.kernel"] == "torch _weight_int8pack_mm"
     assert saved["params"]["command"].endswith("--speed")

@@ -17,6 +17,15 @@ from precisionlab.models import ggml_matmul, profiling  # noqa: E402
 N, K = 64, 256
 
 
+@pytest.fixture(scope="module", autouse=True)
+def short_gemv_budget():  # type: ignore[no-untyped-def]
+    """The M = 1 rounds' time budget (0.5 s a case) cut to 0.05 s here: these tests check what is measured,
+    not how steady it is, and the suite pays the budget once per profiled case."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(profiling, "GEMV_BUDGET_S", 0.05)
+        yield
+
+
 @pytest.fixture(scope="module")
 def small_rows() -> list:
     rows, skipped = profiling.profile_linears([profiling.LinearCase("small", profiling.random_weight(N, K))],
@@ -68,9 +77,66 @@ def test_conversion_share_splits_the_ops() -> None:
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     shares = profiling.profile_shares([_variant("casts", lambda: a.to(torch.bfloat16).float()),
                                        _variant("matmul", lambda: torch.mm(a, b))], repeats=3)
-    assert shares["casts"][0] == 1.0
-    assert shares["matmul"][0] < 0.2
-    assert all(ms > 0 for _, ms in shares.values())
+    assert shares["casts"].share == 1.0 and shares["casts"].op == ""
+    assert shares["matmul"].share < 0.2 and shares["matmul"].op == "aten::mm"
+    assert all(seen.ms > 0 for seen in shares.values())
+
+
+def test_one_slow_call_does_not_make_the_share() -> None:
+    """The conversion share is the median call's: one call of five that also casts 4M floats (a preempted cast,
+    in effect) leaves a call that is a lone matmul mostly matmul (a ratio of sums gave 0.77 here). One thread:
+    two OpenMP threads on a loaded machine stretch a 64 x 64 matmul to tens of ms."""
+    from precisionlab import peers
+
+    a, b, big = torch.randn(64, 64), torch.randn(64, 64), torch.randn(1 << 22)
+    calls = {"n": 0}
+
+    def run() -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            big.to(torch.bfloat16)
+        torch.mm(a, b)
+
+    with peers.torch_threads(1):
+        assert profiling.profile_shares([_variant("mm", run)], repeats=5)["mm"].share < 0.2
+
+
+def test_small_calls_are_timed_until_the_budget() -> None:
+    """At M = 1 the rounds go on past `repeats` until the budget is spent, and stop at max_rounds."""
+    import time
+
+    began = time.perf_counter()
+    samples = profiling.time_variants([_variant("v", lambda: None)], 3, budget_s=0.05, max_rounds=10**6)
+    assert len(samples["v"]) > 3 and time.perf_counter() - began >= 0.05
+    assert len(profiling.time_variants([_variant("v", lambda: None)], 3, budget_s=60.0, max_rounds=40)["v"]) == 40
+    assert len(profiling.time_variants([_variant("v", lambda: None)], 3)["v"]) == 3
+
+
+def test_each_row_names_the_op_that_ran(small_rows: list) -> None:
+    """torch.profiler's evidence of the kernel: the fused int4 row ran torch's packed int4 kernel (and its
+    output is the layer on its grid: rel_diff against float64 x W_hat^T, W_hat precisionlab's dequantized
+    weight), the fused int8 row the int8 kernel, the float rows a BLAS matmul; none carries a warning."""
+    at = {(r.variant, r.m): r for r in small_rows}
+    for m in (1, 8):
+        int4 = at[("fused_int4", m)]
+        assert int4.op == "aten::_weight_int4pack_mm_for_cpu" and int4.rel_diff < 2.0**-7
+        assert at[("fused_int8", m)].op == "aten::_weight_int8pack_mm"
+        assert at[("fp32", m)].op in {"aten::mm", "aten::addmm", "aten::mv"}
+        assert at[("fused_int4", m)].weights == "int4:g128:scale=bf16 (kernel group 128)"
+    assert at[("fused_int4_fp32act", 1)].op == "aten::_weight_int4pack_mm_for_cpu"
+    assert not [r.note for r in small_rows if r.note]
+
+
+def test_a_fused_row_whose_kernel_did_not_run_says_so() -> None:
+    """A call named fused_int4 that computes with F.linear instead: its row names the op that ran and says
+    the packed kernel did not."""
+    w, x = profiling.random_weight(32, 64), torch.randn(1, 64)
+    box: dict = {}
+    stand_in = profiling.Variant("fused_int4", "bfloat16", 0, lambda: box.update(y=torch.nn.functional.linear(x, w)),
+                                 lambda: box["y"].double().numpy(), w.numpy())
+    (row,) = profiling._measure("x", [stand_in], w, x, repeats=2)
+    assert row.op in {"aten::mm", "aten::addmm", "aten::mv"}
+    assert "expected aten::_weight_int4pack_mm_for_cpu to run" in row.note
 
 
 def test_fp32_activations_are_the_slow_path() -> None:
@@ -104,6 +170,31 @@ def test_findings_for_every_variant_at_both_shapes(quick_result) -> None:  # typ
                         f["profile.fp32.m1.weight_bytes"] / f["profile.fused_int4.m1.weight_bytes"])
     assert math.isclose(f["profile.fp32.m1.copy_fraction"], f["profile.fp32.m1.gbps"] / f["profile.machine.copy_gbps"])
     assert "skipped.model" not in f and "no model asked for" in quick_result.summary and f["profile.threads"] == 1
+    assert f["profile.fused_int4.m1.op"] == "aten::_weight_int4pack_mm_for_cpu"
+
+
+def test_the_fused_ratios_come_with_their_conditions(quick_result) -> None:  # type: ignore[no-untyped-def]
+    """profile.lesson.conditions.*: threads, load averages, the shape, the dtypes and the op that ran, in the
+    findings, the lessons table's note and the summary."""
+    f = quick_result.findings
+    c = "profile.lesson.conditions."
+    capability = str(torch.backends.cpu.get_cpu_capability())
+    assert f[c + "threads"] == 1 and f[c + "n"] == f[c + "k"] == 256 and f[c + "m"] == "1 and 512"
+    assert f[c + "load_average_start"] >= 0 and f[c + "load_average_end"] >= 0
+    assert f[c + "fused_int4_op"] == "aten::_weight_int4pack_mm_for_cpu"
+    assert f[c + "fused_int4_activations"] == "bfloat16"
+    assert f[c + "fused_int4_weights"] == "int4:g128:scale=bf16 (kernel group 128)"
+    assert f[c + "fused_int8_op"] == "aten::_weight_int8pack_mm" and f[c + "fp32_activations"] == "float32"
+    assert f[c + "fp32_weight_mb"] == 256 * 256 * 4 / 1e6 and f[c + "cpu_capability"] == capability
+    assert 0 <= f[c + "fused_int4_conversion_share_m1"] <= 1
+    note = quick_result.section("lessons").note
+    assert note.startswith("Conditions: 1 torch thread; load average (1 min) ") and "N x K = 256 x 256" in note
+    assert ("fused_int4: aten::_weight_int4pack_mm_for_cpu on int4:g128:scale=bf16 (kernel group 128) with "
+            "bfloat16") in note
+    text = quick_result.summary
+    assert "(1 thread, load " in text and "aten::_weight_int4pack_mm_for_cpu with bfloat16 activations" in text
+    assert capability in text and f"fp32 / fused int4 = {f['profile.lesson.fused_int4_speedup_m1']:.3g}" in text
+    assert f["profile.machine.cpu_capability"] == capability
     assert {fig.key for fig in quick_result.figures} == {"bytes_m1", "bytes_m512"}
     line = quick_result.figures[0].series[-1]
     assert line.label.startswith("copy bandwidth")

@@ -20,7 +20,7 @@ from tests.test_ptq_ladder import Stub
 KERNEL8 = "int8:row:scale=bf16"
 STEPS = [Step("per-channel", KERNEL8), Step("keep-sensitive", KERNEL8, keep_sensitive=True),
          Step("outliers", KERNEL8, method="outliers"), Step("gptq", "int4:g32", method="gptq"),
-         Step("int8-fp32-scales", "int8:row")]
+         Step("int8-fp16-scales", "int8:row"), Step("int4-fp32-scales", "int4:g32:scale=fp32")]
 
 
 class Selection:
@@ -78,8 +78,10 @@ def test_ladder_table_gains_the_decode_ratio(loaded: Any, tmp_path: Path) -> Non
     assert rows["per-channel"].layers == len(_linear_names(loaded.model, ["lm_head", "*embed*"]))
     assert rows["keep-sensitive"].layers == len(_linear_names(loaded.model, ["lm_head", "*embed*", "model.layers.0.*"]))
     assert rows["per-channel"].bound_fraction <= 1.0
-    assert rows["outliers"].kernel is None and rows["int8-fp32-scales"].kernel is None
-    assert KERNEL8 in (rows["int8-fp32-scales"].runs or "")  # the twin that runs is named
+    assert rows["outliers"].kernel is None and rows["int4-fp32-scales"].kernel is None
+    assert "int4:g32:scale=bf16" in (rows["int4-fp32-scales"].runs or "")  # the twin that runs is named
+    assert rows["int8-fp16-scales"].kernel == "torch _weight_int8pack_mm"  # its row scales on the output
+    assert rows["int8-fp16-scales"].op_calls == rows["int8-fp16-scales"].layers > 0
     ratios = step_ratios(run)
     paired = [a / b for a, b in zip(rows["per-channel"].decode, run.reference_decode, strict=True)]
     assert ratios["per-channel"] == pytest.approx(float(np.median(paired)))

@@ -56,7 +56,8 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
               help="torch threads (default: torch's own, fewer on a busy machine: its CPUs less the load average).")
 @click.option("--speed", is_flag=True,
               help="Also measure decode and prefill tokens/s of each candidate a real kernel runs, against the "
-                   "reference; adds the bf16-scale twin of a scheme whose scales no kernel takes (docs/profile.md).")
+                   "reference; adds the bf16-scale twin of an int4 scheme whose scales no kernel takes, and says "
+                   "so (docs/profile.md).")
 @click.option("--findings", "show_findings", is_flag=True,
               help="Also print every finding (key and value) after the tables; --json and --out always hold them.")
 @lab_output_options
@@ -106,6 +107,8 @@ def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], s
         if speed and chosen:  # first: a model it cannot measure fails before the evaluation's minutes
             from precisionlab.eval import speed as speed_measure
 
+            for line in speed_measure.twin_lines(chosen).values():  # why a candidate nobody named is evaluated
+                progress.note(line)
             measured = speed_measure.speed_run(loaded, chosen, include, excluded, threads=threads, progress=progress)
         result = eval_lab.run(model, chosen, task_names, max_drop=max_drop, size=size, include=list(include),
                               exclude=excluded, seed=seed, cache=not no_cache, n_resamples=resamples, dtype=dtype,

@@ -13,19 +13,24 @@ ratio of a repetition is candidate / reference of that repetition (paired: both 
 the reported ratio is the median over repetitions, its spread the smallest and largest. torch runs
 `threads` threads (default 1: on a shared machine one thread per process is what is reproducible).
 
-A candidate runs on a kernel when its weights' scheme is one a torch kernel runs exactly (`kernel_plan`);
-otherwise it says "no kernel: emulated only" and why (fp16 scales: the bf16-scale twin runs; activations
-or KV cache quantized at run time; a codebook or float element...). Before timing, each kernel candidate is
-checked against its emulation on the prompt: every swapped layer's output must lie within
-`models.kernels.output_bound` of the exact product of its input with the emulated weight (bound_fraction
-<= 1), and the KL divergence of the kernel path's next-token distributions from the emulation's is
-reported beside it (`kl_to_emulation`, nats per token).
+A candidate runs on a kernel when its weights' scheme is one a torch kernel runs exactly (`kernel_plan`:
+int8:row with its fp16 scales does, the scales multiplying the kernel's output); otherwise it says "no
+kernel: emulated only" and why (int4 with fp16 group scales: the bf16-scale twin runs, and `kernel_twins`
+adds it to `eval --speed`'s candidates so the model timed is also judged; activations or KV cache quantized
+at run time; a codebook or float element...). Before timing, each kernel candidate is checked against its
+emulation on the prompt: every swapped layer's output must lie within `models.kernels.output_bound` of the
+exact product of its input with the emulated weight (bound_fraction <= 1), the KL divergence of the kernel
+path's next-token distributions from the emulation's is reported beside it (`kl_to_emulation`, nats per
+token), and torch.profiler counts the kernel op's calls in that forward (`op_calls`: one per swapped layer
+when the kernel really ran). The conditions are recorded beside the ratios: threads, the 1-minute load
+average at the start and the end, torch's CPU capability, the activations' and the model's dtypes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -73,17 +78,35 @@ def speed_candidate(candidate: Any) -> SpeedCandidate:
 
 def kernel_twins(specs: Sequence[str]) -> list[str]:
     """The specs, each weight-only scheme without an exact kernel followed by the bf16-scale twin a kernel
-    runs (int8:row -> int8:row:scale=bf16), so that the model that runs is also evaluated; repeats dropped."""
+    runs (int4:g128 -> int4:g128:scale=bf16), so that the model that runs is also evaluated; repeats dropped."""
+    out: list[str] = []
+    for label in specs:
+        out += [label, *twin_lines([label])]
+    return list(dict.fromkeys(out))
+
+
+def twin_lines(specs: Sequence[str]) -> dict[str, str]:
+    """twin -> the one line that says why `kernel_twins` adds it, for each spec that has one."""
     from precisionlab.eval.candidates import parse_candidates
 
-    out: list[str] = []
+    lines: dict[str, str] = {}
     for candidate in parse_candidates(list(specs)):
-        out.append(candidate.label)
         if candidate.weights and not (candidate.act or candidate.kv):
             plan = kernels.kernel_plan(candidate.weights)
             if plan.kernel is None and plan.runs is not None:
-                out.append(plan.runs)
-    return list(dict.fromkeys(out))
+                lines[plan.runs] = twin_line(candidate.label, plan)
+    return lines
+
+
+def twin_line(label: str, plan: kernels.KernelPlan) -> str:
+    """Why the bf16-scale twin `plan.runs` of the candidate `label` (which has no exact kernel) is measured and
+    evaluated too, in one line."""
+    from precisionlab.quant import parse_scheme
+
+    scale = parse_scheme(plan.scheme).scale
+    kernel = "int4" if kernels.kernel_plan(plan.runs or plan.scheme).kernel == kernels.TORCH_INT4 else "int8"
+    return (f"{label} keeps {scale} scales, which no kernel here takes; its bf16-scale twin {plan.runs} runs on the "
+            f"{kernel} kernel and is evaluated too, so the model timed is the model judged")
 
 
 # --------------------------------------------------------------------------- results
@@ -101,6 +124,12 @@ class SpeedRow:
     kernel_bytes: int = 0
     bound_fraction: float = math.nan
     kl_to_emulation: float = math.nan
+    op: str = ""
+    """The kernel's op as torch.profiler names it (models.kernels.KERNEL_OPS)."""
+    op_calls: int = 0
+    """Its calls in one forward of the kernel path over the prompt (== layers when every swapped layer ran it)."""
+    twin_line: str = ""
+    """A row without a kernel whose bf16-scale twin runs: why that twin is measured (and evaluated) too."""
 
 
 @dataclass
@@ -143,6 +172,7 @@ def measure_speed(loaded: Any, candidates: Sequence[SpeedCandidate], include: Se
     torch = peers.torch()
     note = getattr(progress, "note", None) or getattr(progress, "done", None) or (lambda _line: None)
     prompt = torch.tensor([prompt_ids(loaded, prompt_tokens)])
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     rows: list[SpeedRow] = []
     swaps: dict[str, kernels.KernelSwap] = {}
     with peers.torch_threads(threads), torch.inference_mode():
@@ -152,8 +182,8 @@ def measure_speed(loaded: Any, candidates: Sequence[SpeedCandidate], include: Se
             if swap is not None:
                 _check(loaded, candidate, swap, row, prompt, include, exclude)
                 swaps[row.label] = swap
-                note(f"speed: {row.label} on {row.kernel} ({row.layers} layers; within {row.bound_fraction:.2g} "
-                     "of the stated bound)")
+                note(f"speed: {row.label} on {row.kernel} ({row.layers} layers, {row.op} ran {row.op_calls} times "
+                     f"a forward; within {row.bound_fraction:.2g} of the stated bound)")
         variants: list[tuple[str, kernels.KernelSwap | None]] = [("reference", None), *swaps.items()]
         times: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for label, _ in variants}
         for _label, swap in variants:  # warm-up: first calls allocate
@@ -172,7 +202,10 @@ def measure_speed(loaded: Any, candidates: Sequence[SpeedCandidate], include: Se
             row.prefill, row.decode = times[row.label]
     settings: dict[str, Scalar] = {"prompt_tokens": int(prompt.shape[1]), "new_tokens": new_tokens,
                                    "repetitions": repetitions, "threads": threads,
-                                   "activations": kernels.ACTIVATION_DTYPE, "model_dtype": loaded.dtype}
+                                   "activations": kernels.ACTIVATION_DTYPE, "model_dtype": loaded.dtype,
+                                   "load_average_start": load_start,
+                                   "load_average_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan,
+                                   "cpu_capability": kernels.cpu_capability()}
     return SpeedRun(times["reference"][1], times["reference"][0], rows, settings)
 
 
@@ -210,16 +243,19 @@ def _plan_row(loaded: Any, candidate: SpeedCandidate, include: Sequence[str],
     plan = kernels.kernel_plan(candidate.scheme)
     if plan.kernel is None:
         twin = f"; {plan.runs} runs on torch's kernel" if plan.runs else ""
-        return SpeedRow(candidate.label, None, f"{NO_KERNEL} ({plan.reason}{twin})", runs=plan.runs), None
+        return SpeedRow(candidate.label, None, f"{NO_KERNEL} ({plan.reason}{twin})", runs=plan.runs,
+                        twin_line=twin_line(candidate.label, plan) if plan.runs else ""), None
     swap = kernels.prepare_swap(loaded.model, plan.scheme, include, exclude, quantized=candidate.quantized)
     if not swap.swapped:
         reasons = sorted(set(swap.skipped.values()))
         return SpeedRow(candidate.label, None, f"{NO_KERNEL} (no selected layer fits the kernel: "
                                                f"{'; '.join(reasons) or 'no layer selected'})"), None
-    note = f"{len(swap.skipped)} selected layers stay emulated: {'; '.join(sorted(set(swap.skipped.values())))}" \
-        if swap.skipped else ""
-    row = SpeedRow(candidate.label, plan.kernel, note, runs=plan.runs, layers=len(swap.swapped),
-                   skipped=dict(swap.skipped), kernel_bytes=swap.stored_bytes)
+    notes = [f"{plan.scheme}: {plan.how}"] if plan.how else []
+    if swap.skipped:
+        notes.append(f"{len(swap.skipped)} selected layers stay emulated: "
+                     f"{'; '.join(sorted(set(swap.skipped.values())))}")
+    row = SpeedRow(candidate.label, plan.kernel, "; ".join(notes), runs=plan.runs, layers=len(swap.swapped),
+                   skipped=dict(swap.skipped), kernel_bytes=swap.stored_bytes, op=kernels.KERNEL_OPS[plan.kernel])
     return row, swap
 
 
@@ -242,8 +278,9 @@ def _check(loaded: Any, candidate: SpeedCandidate, swap: kernels.KernelSwap, row
             y = replacement(x)
             if replacement.bias is not None:
                 y = y - replacement.bias  # the bound covers the matmul; the fp32 bias add is one more rounding
+            rounding = kernels.output_rounding(replacement.packed, x.dtype)
             fractions.append(kernels.bound_fraction(y.double().numpy(), x.double().numpy(),
-                                                    replacement.packed.emulated))
+                                                    replacement.packed.emulated, rounding))
 
         return hook
 
@@ -255,10 +292,14 @@ def _check(loaded: Any, candidate: SpeedCandidate, swap: kernels.KernelSwap, row
         finally:
             for handle in handles:
                 handle.remove()
+        box: dict[str, Any] = {}
         with _installed(swap):
-            kernel = model(input_ids=prompt, use_cache=False).logits[0].double()
+            counts = kernels.op_calls(lambda: box.update(logits=model(input_ids=prompt, use_cache=False).logits),
+                                      [row.op])
+        kernel = box["logits"][0].double()
     finally:
         report.restore()
+    row.op_calls = counts[row.op]
     log_p, log_q = torch.log_softmax(emulated, -1), torch.log_softmax(kernel, -1)
     row.kl_to_emulation = float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
     row.bound_fraction = max(fractions) if fractions else math.nan
@@ -283,52 +324,89 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+COLUMNS = ["scheme", "kernel", "runs as", "layers on kernel", "op calls", "kernel MB", "decode tok/s",
+           "decode ratio", "ratio min", "ratio max", "prefill tok/s", "prefill ratio", "bound fraction",
+           "KL to emulation", "note"]
+CONDITIONS = ("threads", "load_average_start", "load_average_end", "cpu_capability", "activations", "model_dtype")
+"""The settings that are the measurement's conditions (findings <prefix>.<name>, and the table's note)."""
+
+
+def conditions_line(settings: Mapping[str, Scalar]) -> str:
+    """The measurement's conditions in one sentence (threads, load, CPU, shapes, dtypes)."""
+    def load(key: str) -> str:
+        value = settings.get(key)
+        return f"{value:.2f}" if isinstance(value, float) and math.isfinite(value) else "n/a"
+
+    return (f"Conditions: torch threads {settings['threads']}; load average (1 min) {load('load_average_start')} at "
+            f"the start, {load('load_average_end')} at the end; torch CPU capability "
+            f"{settings.get('cpu_capability', 'unknown')}; batch 1: each layer call is M = 1 in decode, M = "
+            f"{settings['prompt_tokens']} in prefill; kernel layers take {settings['activations']} activations, "
+            f"the model is {settings['model_dtype']}.")
+
+
 def speed_part(run: SpeedRun, prefix: str = "eval.speed") -> Part:
     """The `speed` table and findings eval.speed.<label>.decode_tokens_per_s / .prefill_tokens_per_s /
     .decode_ratio (with .decode_ratio_min / .decode_ratio_max) / .prefill_ratio (with min / max) / .kernel,
-    plus .kernel_bytes, .bound_fraction, .kl_to_emulation, and .note (and .runs_as) for a row without a
-    kernel; eval.speed.reference.*; eval.speed.threads / prompt_tokens / new_tokens / repetitions (`prefix`
-    replaces eval.speed: the ladder's are ladder.speed.<step>...)."""
+    plus .kernel_bytes, .bound_fraction, .kl_to_emulation, .op and .op_calls (the kernel op torch.profiler saw,
+    and its calls in one forward), .twin_of (a bf16-scale twin: the candidate it stands for), and .note (and
+    .runs_as) for a row without a kernel; eval.speed.reference.*; eval.speed.threads / prompt_tokens /
+    new_tokens / repetitions and the conditions eval.speed.load_average_start / load_average_end /
+    cpu_capability / activations / model_dtype (`prefix` replaces eval.speed: the ladder's are
+    ladder.speed.<step>...)."""
     findings: dict[str, Scalar] = {f"{prefix}.{k}": v for k, v in run.settings.items()
-                                   if k in ("threads", "prompt_tokens", "new_tokens", "repetitions")}
+                                   if k in ("prompt_tokens", "new_tokens", "repetitions", *CONDITIONS)}
     ref_decode, ref_prefill = _median(run.reference_decode), _median(run.reference_prefill)
     findings[f"{prefix}.reference.decode_tokens_per_s"] = ref_decode
     findings[f"{prefix}.reference.prefill_tokens_per_s"] = ref_prefill
-    rows: list[list[Scalar]] = [["reference", "torch fp32 matmul", None, None, ref_decode, 1.0, None, None,
-                                 ref_prefill, 1.0, None, None, None, ""]]
+    reference: dict[str, Scalar] = {"scheme": "reference", "kernel": "torch fp32 matmul", "decode tok/s": ref_decode,
+                                    "decode ratio": 1.0, "prefill tok/s": ref_prefill, "prefill ratio": 1.0,
+                                    "note": ""}
+    rows: list[list[Scalar]] = [[reference.get(c) for c in COLUMNS]]
+    measured = {row.label for row in run.rows if row.kernel is not None}
+    twins = {row.runs: row for row in run.rows if row.kernel is None and row.runs in measured and row.twin_line}
     for row in run.rows:
         key = f"{prefix}.{row.label}"
         findings[f"{key}.kernel"] = row.kernel or "none"
         if row.kernel is None:
-            findings[f"{key}.note"] = row.note
+            twinned = row.label in {t.label for t in twins.values()}
+            note = f"{NO_KERNEL}: {row.twin_line}" if twinned else row.note
+            findings[f"{key}.note"] = note
             if row.runs:
                 findings[f"{key}.runs_as"] = row.runs
-            rows.append([row.label, NO_KERNEL, row.runs, None, None, None, None, None, None, None, None, None, None,
-                         row.note])
+            cells: dict[str, Scalar] = {"scheme": row.label, "kernel": NO_KERNEL, "runs as": row.runs, "note": note}
+            rows.append([cells.get(c) for c in COLUMNS])
             continue
         decode, prefill = run.ratios(row, "decode"), run.ratios(row, "prefill")
-        values = {"decode_tokens_per_s": _median(row.decode), "prefill_tokens_per_s": _median(row.prefill),
-                  "decode_ratio": _median(decode), "decode_ratio_min": min(decode), "decode_ratio_max": max(decode),
-                  "prefill_ratio": _median(prefill), "prefill_ratio_min": min(prefill),
-                  "prefill_ratio_max": max(prefill), "kernel_bytes": row.kernel_bytes,
-                  "bound_fraction": row.bound_fraction, "kl_to_emulation": row.kl_to_emulation}
+        values: dict[str, Scalar] = {
+            "decode_tokens_per_s": _median(row.decode), "prefill_tokens_per_s": _median(row.prefill),
+            "decode_ratio": _median(decode), "decode_ratio_min": min(decode), "decode_ratio_max": max(decode),
+            "prefill_ratio": _median(prefill), "prefill_ratio_min": min(prefill), "prefill_ratio_max": max(prefill),
+            "kernel_bytes": row.kernel_bytes, "bound_fraction": row.bound_fraction,
+            "kl_to_emulation": row.kl_to_emulation, "op": row.op, "op_calls": row.op_calls}
         findings.update({f"{key}.{name}": value for name, value in values.items()})
-        rows.append([row.label, row.kernel, row.runs, row.layers, row.kernel_bytes / 1e6,
-                     values["decode_tokens_per_s"], values["decode_ratio"], min(decode), max(decode),
-                     values["prefill_tokens_per_s"], values["prefill_ratio"], row.bound_fraction,
-                     row.kl_to_emulation, row.note])
+        note = row.note
+        if row.label in twins:
+            findings[f"{key}.twin_of"] = twins[row.label].label
+            note = "; ".join(filter(None, [f"added by --speed as the kernel twin of {twins[row.label].label}", note]))
+        cells = {"scheme": row.label, "kernel": row.kernel, "runs as": row.runs, "layers on kernel": row.layers,
+                 "op calls": f"{row.op} x {row.op_calls}", "kernel MB": row.kernel_bytes / 1e6,
+                 "decode tok/s": values["decode_tokens_per_s"], "decode ratio": values["decode_ratio"],
+                 "ratio min": min(decode), "ratio max": max(decode), "prefill tok/s": values["prefill_tokens_per_s"],
+                 "prefill ratio": values["prefill_ratio"], "bound fraction": row.bound_fraction,
+                 "KL to emulation": row.kl_to_emulation, "note": note}
+        rows.append([cells.get(c) for c in COLUMNS])
     s = run.settings
+    why = " ".join(f"{t.twin_line}." for t in twins.values())
     table = Table(
         key="speed", title="Speed beside quality: decode and prefill tokens/s against the reference",
-        columns=["scheme", "kernel", "runs as", "layers on kernel", "kernel MB", "decode tok/s", "decode ratio",
-                 "ratio min", "ratio max", "prefill tok/s", "prefill ratio", "bound fraction", "KL to emulation",
-                 "note"],
-        rows=rows,
-        note=(f"Batch 1, greedy: prefill of {s['prompt_tokens']} prompt tokens, then {s['new_tokens']} decode steps; "
+        columns=COLUMNS, rows=rows,
+        note=(f"{conditions_line(s)} {why + ' ' if why else ''}"
+              f"Batch 1, greedy: prefill of {s['prompt_tokens']} prompt tokens, then {s['new_tokens']} decode steps; "
               f"{s['repetitions']} repetitions, every variant once per repetition in a rotated order; ratio = "
-              "candidate / reference tokens/s of the same repetition, median (min, max) over repetitions. torch "
-              f"threads: {s['threads']}. Kernel layers take {s['activations']} activations (cast from and back to "
-              f"the model's {s['model_dtype']}); the other layers run as the reference does. bound fraction: the "
+              "candidate / reference tokens/s of the same repetition, median (min, max) over repetitions. Kernel "
+              f"layers take {s['activations']} activations (cast from and back to the model's {s['model_dtype']}); "
+              "the other layers run as the reference does. op calls: the kernel op torch.profiler saw and its calls "
+              "in one forward over the prompt (one per layer on the kernel). bound fraction: the "
               "largest kernel deviation from the exact product with the emulated weight, over the stated bound "
               "(models.kernels.output_bound; <= 1 holds the tolerance); KL to emulation: nats per token between "
               "the emulated and the kernel path's next-token distributions on the prompt."),

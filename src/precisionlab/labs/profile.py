@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from precisionlab.labs import Lab
+from precisionlab.labs.profile_lessons import PREFILL, lessons_part, summary
 from precisionlab.peers import install_hint, missing_reason, optional_import
 from precisionlab.results import Figure, LabResult, Part, Scalar, Series, Table
 
-PREFILL = 512
 MS = (1, PREFILL)
 MAX_SIZE = 16384
 LAYER_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -170,10 +170,8 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
     blocks = list(linear_layers(model))
     prompt = torch.tensor([prompt_ids(loaded, prompt_tokens)])
     swap = kernels.prepare_swap(model, profiling.INT4_SCHEME)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
     reference, fused = [], []
-    try:
+    with peers.torch_threads(threads):
         for _ in range(rounds):
             reference.append(profiling.decode_profile(model, prompt, steps, blocks))
             swap.install()
@@ -181,8 +179,6 @@ def decode_amdahl(loaded: Any, steps: int, prompt_tokens: int, threads: int, rou
                 fused.append(profiling.decode_profile(model, prompt, steps, list(swap.swapped)))
             finally:
                 swap.remove()
-    finally:
-        torch.set_num_threads(before)
 
     def total(profiles: list[Any], attr: str) -> float:
         return sum(sum(getattr(p, attr)) for p in profiles)
@@ -257,6 +253,7 @@ def _rows_part(key: str, title: str, rows: Sequence[Any], machine: Any, base: Ca
                 findings[f"{prefix}.fp32_activations_slowdown"] = r.ms / fast.ms
         else:
             findings.update({f"{base(r)}.{f}": values[f] for f in FINDING_FIELDS})
+            findings[f"{base(r)}.op"] = r.op
         math_dtype = MATH.get(shadow.get(r.variant, r.variant), "fp32")
         cells: list[Scalar] = [r.m, r.variant, f"{SHORT.get(r.activation, r.activation)} / {math_dtype}", r.ms,
                                r.median_ms, r.profiler_ms, r.conversion_share, r.weight_bytes / 1e6, values["gbps"],
@@ -267,16 +264,23 @@ def _rows_part(key: str, title: str, rows: Sequence[Any], machine: Any, base: Ca
         head: list[Scalar] = [f"{r.case} {r.n}×{r.k}"] if with_layer else []
         table_rows.append(head + cells)
     columns = (["layer N×K", *(c for c in COLUMNS if c not in LAYER_TABLE_DROPS)] if with_layer else COLUMNS)
+    ran = {r.variant: (r.op, r.weights) for r in rows}
+    note += (" What ran (the matmul op torch.profiler saw take the most self time; the weight as held): "
+             + "; ".join(f"{v} {op or 'no torch op'} on {weights}" for v, (op, weights) in ran.items()) + ".")
+    flagged = sorted({f"{r.variant}: {r.note}" for r in rows if r.note})
+    if flagged:
+        note += " " + " ".join(flagged)
     return Part([Table(key=key, title=title, columns=columns, rows=table_rows, note=note, formats=FORMATS)],
                 findings=findings)
 
 
 def _layer_note(machine: Any, repeats: Scalar) -> str:
-    from precisionlab.models.profiling import GEMV_REPEATS
+    from precisionlab.models.profiling import GEMV_BUDGET_S, GEMV_MAX_ROUNDS, GEMV_REPEATS
 
     return (f"torch threads pinned to {machine.threads}. The layer takes float32 activations and returns float32 "
             "(casts to and from bf16 included). ms: fastest of the interleaved repeats "
-            f"({repeats} at M = {PREFILL}, at least {GEMV_REPEATS} at M = 1; perf_counter, no profiler attached); "
+            f"({repeats} at M = {PREFILL}; at M = 1 at least {GEMV_REPEATS}, more until {GEMV_BUDGET_S:g} s or "
+            f"{GEMV_MAX_ROUNDS} rounds; perf_counter, no profiler attached); "
             "median beside it; profiler ms: the call under "
             "torch.profiler. conversion share: the self CPU time torch.profiler gives the ops that are not a "
             "matmul (casts, unpacking, dequantization) over all the call's ops; llama.cpp: its activations' Q8_0 "
@@ -302,57 +306,14 @@ def assemble(big: Sequence[Any], layers: Sequence[Any], decode: dict[str, float]
                               layers, machine, lambda r: f"profile.{prefix}.{r.case}.{r.variant}.m{r.m}", True,
                               "As the table above, on the model's own first-block weights (without its median ms "
                               "and GFLOP/s columns; the FLOP fraction is GFLOP/s over the same ceiling)."))
-    result.add(lessons_part(big))
+    result.add(lessons_part(big, machine, loads, last_level_cache_mb()))
     result.add(activations_part([*big, *layers]))
     if decode:
         result.add(decode_part(decode, str(model)))
     result.add(machine_part(machine, loads))
     result.figures += [bytes_figure([*big, *layers], machine, m) for m in MS]
-    result.summary = _summary(result.findings, size)
+    result.summary = summary(result.findings, size)
     return result
-
-
-def lessons_part(rows: Sequence[Any]) -> Part:
-    """The three lessons as measured numbers, from the size × size layer."""
-    by = {(r.variant, r.m): r for r in rows}
-
-    def ratio(a: tuple[str, int], b: tuple[str, int]) -> float:
-        top, bottom = by.get(a), by.get(b)
-        return top.ms / bottom.ms if top is not None and bottom is not None and bottom.ms > 0 else math.nan
-
-    def bytes_ratio(variant: str) -> float:
-        fp32, other = by.get(("fp32", 1)), by.get((variant, 1))
-        return fp32.weight_bytes / other.weight_bytes if fp32 is not None and other is not None else math.nan
-
-    values = {
-        "unfused_int4_over_fused_m1": ratio(("dequant_int4", 1), ("fused_int4", 1)),
-        "unfused_int4_over_fp32_m1": ratio(("dequant_int4", 1), ("fp32", 1)),
-        "unfused_int8_over_fp32_m1": ratio(("dequant_int8", 1), ("fp32", 1)),
-        "fused_int4_speedup_m1": ratio(("fp32", 1), ("fused_int4", 1)),
-        "fused_int4_bytes_ratio": bytes_ratio("fused_int4"),
-        "fused_int8_speedup_m1": ratio(("fp32", 1), ("fused_int8", 1)),
-        "fused_int8_bytes_ratio": bytes_ratio("fused_int8"),
-        f"fused_int4_speedup_m{PREFILL}": ratio(("fp32", PREFILL), ("fused_int4", PREFILL)),
-        f"fused_int8_speedup_m{PREFILL}": ratio(("fp32", PREFILL), ("fused_int8", PREFILL)),
-    }
-    says = {
-        "unfused_int4_over_fused_m1": "unfused int4 time / fused int4 time at M = 1 (> 1: fusing pays)",
-        "unfused_int4_over_fp32_m1": "unfused int4 / fp32 at M = 1 (> 1: the unfused dequantization costs more "
-                                     "than the smaller weight saves)",
-        "unfused_int8_over_fp32_m1": "unfused int8 / fp32 at M = 1",
-        "fused_int4_speedup_m1": "fp32 / fused int4 at M = 1: the GEMV's gain ...",
-        "fused_int4_bytes_ratio": "... beside what the bytes say (fp32 weight bytes / int4 weight bytes)",
-        "fused_int8_speedup_m1": "fp32 / fused int8 at M = 1 ...",
-        "fused_int8_bytes_ratio": "... beside fp32 bytes / int8 bytes",
-        f"fused_int4_speedup_m{PREFILL}": f"fp32 / fused int4 at M = {PREFILL} (the kernel dequantizes per 4 rows: "
-                                          "little gain or a loss)",
-        f"fused_int8_speedup_m{PREFILL}": f"fp32 / fused int8 at M = {PREFILL}",
-    }
-    table = Table(key="lessons", title="What the measurements say", columns=["finding", "measured", "reads as"],
-                  rows=[[f"profile.lesson.{k}", v, says[k]] for k, v in values.items()],
-                  note="Ratios of the fastest times in the same run (the size x size layer).",
-                  formats={"measured": ".3g"})
-    return Part([table], findings={f"profile.lesson.{k}": v for k, v in values.items()})
 
 
 def activations_part(rows: Sequence[Any]) -> Part:
@@ -406,6 +367,9 @@ def machine_part(machine: Any, loads: tuple[tuple[float, ...], tuple[float, ...]
                                    "profile.machine.load_average_start": start[0],
                                    "profile.machine.load_average_end": end[0]}
     findings["profile.machine.read_gbps"] = machine.read_gbps
+    from precisionlab.models.kernels import cpu_capability
+
+    findings["profile.machine.cpu_capability"] = cpu_capability()
     rows: list[list[Scalar]] = [["copy bandwidth (GB/s)", machine.copy_gbps, f"{machine.copy_kernel}; 2 x 64 MB "
                                                                               "counted (read and write)"],
                                 ["read bandwidth (GB/s)", machine.read_gbps, "torch.sum over 64 MB, fastest of "
@@ -418,7 +382,9 @@ def machine_part(machine: Any, loads: tuple[tuple[float, ...], tuple[float, ...]
         findings["profile.machine.last_level_cache_mb"] = cache
         rows.append(["last-level cache (MB)", cache, "a weight smaller than this can stream from cache faster than "
                                                      "the copy bandwidth, which moves 128 MB"])
-    rows += [["torch threads", machine.threads, "pinned for every timing"],
+    rows += [["torch CPU capability", findings["profile.machine.cpu_capability"],
+              "the vector ISA torch's kernels dispatch to (the int4 kernel has an AVX-512 and an AVX2 body)"],
+             ["torch threads", machine.threads, "pinned for every timing"],
              ["load average at the start (1, 5, 15 min)", start[0], ", ".join(f"{v:.2f}" for v in start)],
              ["load average at the end", end[0], ", ".join(f"{v:.2f}" for v in end)]]
     table = Table(key="machine", title="This machine, measured in the same run", columns=["what", "value", "detail"],
@@ -459,22 +425,6 @@ def bytes_figure(rows: Sequence[Any], machine: Any, m: int) -> Figure:
                   ylabel="ms per call", series=series, xscale="log", yscale="log",
                   note="Points on the dashed line stream their weight at the copy bandwidth; above it, something "
                        "else (conversion, compute) bounds the call.")
-
-
-def _summary(findings: dict[str, Scalar], size: Scalar) -> str:
-    def number(key: str) -> str:
-        value = findings.get(key)
-        return f"{value:.3g}" if isinstance(value, float) and math.isfinite(value) else "n/a"
-
-    text = (f"{size}x{size} at M=1: fused int4 {number('profile.lesson.fused_int4_speedup_m1')}x faster than fp32 "
-            f"(bytes say {number('profile.lesson.fused_int4_bytes_ratio')}x), unfused int4 "
-            f"{number('profile.lesson.unfused_int4_over_fused_m1')}x slower than fused; at M={PREFILL} fused int4 "
-            f"{number(f'profile.lesson.fused_int4_speedup_m{PREFILL}')}x")
-    if "profile.decode.linear_share" in findings:
-        text += (f"; decode step: linears {number('profile.decode.linear_share')} of the time, int4 step speedup "
-                 f"{number('profile.decode.int4_step_speedup')}x (Amdahl: "
-                 f"{number('profile.decode.int4_amdahl_speedup')}x)")
-    return text
 
 
 LAB = Lab(name="profile", title="Kernel profile on this CPU", run=run, order=65,

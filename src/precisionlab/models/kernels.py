@@ -11,8 +11,9 @@ checked numerically in tests/test_kernels_cpu.py):
 
     _weight_int8pack_mm(A[M,K], B int8[N,K], scales[N])     y = A @ (B * scales)^T
         w = fp32(q * s) (exact: 8 x 8 bits), fp32 FMA accumulation, output in A's dtype. scales must have
-        A's dtype. Vectorised (AVX-512 / AVX2) for bf16 A only: fp16 and fp32 A take a scalar loop (15-60x
-        slower). K must be a multiple of 16: other K give wrong results without an error (K = 200: 16 %).
+        A's dtype. Vectorised (AVX-512 / AVX2) for bf16 A only: fp16 and fp32 A take a scalar loop (many
+        times slower; docs/profile.md has the measured ratios with their conditions). K must be a multiple
+        of 16: other K give wrong results without an error (K = 200: 16 %).
     _convert_weight_to_int4pack_for_cpu(q int32[N,K] in 0..15, innerKTiles) -> uint8[N, K/2]
     _weight_int4pack_mm_for_cpu(A[M,K], packed, g, qScaleAndZeros[K/g, N, 2])
         w = fp32(fma(q - 8, s, z)): the zero point z is a float added at code 8, s and z in A's dtype;
@@ -21,16 +22,21 @@ checked numerically in tests/test_kernels_cpu.py):
 
 Which schemes run exactly (`kernel_plan`): the kernel's grid must hold the scheme's grid point for point.
 
-    int8 kernel   int8, symmetric, per row or per tensor, scale=bf16       w = q * s      (codes -128..127)
+    int8 kernel   int8, symmetric, per row or per tensor, any scale format  w = q * s      (codes -128..127)
+                  bf16 scales go into the kernel; any other format (the default fp16 of int8:row) multiplies
+                  the kernel's output instead, y_n = s_n * sum_k x_k q_nk in float32: one scale per output
+                  row factors out of the row's sum, so the grid is the scheme's, and the kernel runs with
+                  unit scales (`KernelPlan.how` says so; `output_rounding` counts the extra fp32 rounding).
     int4 kernel   int4, symmetric, g<G> / row / tensor, scale=bf16         w = (q - 8) * s + 0   (z = 0)
                   with a kernel group g' in {256, 128, 64, 32} dividing both G (K for row / tensor) and K:
                   a scheme group of 128 on K = 576 (SmolLM2; precisionlab pads the last group) runs as
                   kernel groups of 64, each scheme scale written into the kernel groups it covers.
 
-A scheme whose only difference is its scale format (the default fp16 scales of int8:row or int4:g128)
-has no exact kernel; its `runs` names the bf16-scale twin the kernel does run. Asymmetric int4 does not
-map: precisionlab's zero points are integers, x_hat = (q - z) s, and its min= offsets are q s + m, where
-the kernel's float zero sits at code 8; neither set of grid points is the kernel's in general.
+An int4 scheme whose only difference is its scale format (the default fp16 scales of int4:g128) has no
+exact kernel: its group scales sit inside the sum, where only the activations' dtype (bf16) goes; its `runs`
+names the bf16-scale twin the kernel does run. Asymmetric int4 does not map: precisionlab's zero points are
+integers, x_hat = (q - z) s, and its min= offsets are q s + m, where the kernel's float zero sits at code 8;
+neither set of grid points is the kernel's in general.
 
 The activations: the fast path takes bf16 activations, so a KernelLinear rounds its input to bf16 and its
 bf16 output back to the model's dtype (`ACTIVATION_DTYPE`; float32 is accepted, for measurements of the
@@ -57,6 +63,8 @@ from precisionlab.quant.elements import make_codec
 TORCH_INT8 = "torch _weight_int8pack_mm"
 TORCH_INT4 = "torch _weight_int4pack_mm_for_cpu"
 KERNELS = (TORCH_INT8, TORCH_INT4)
+KERNEL_OPS = {TORCH_INT8: "aten::_weight_int8pack_mm", TORCH_INT4: "aten::_weight_int4pack_mm_for_cpu"}
+"""The op torch.profiler names for each kernel (`op_calls` counts them)."""
 INT4_GROUPS = (256, 128, 64, 32)
 """The group sizes torch's CPU int4 kernel takes, largest first (the kernel group is the largest that fits)."""
 INT8_K_MULTIPLE = 16
@@ -80,6 +88,8 @@ class KernelPlan:
     kernel: str | None
     runs: str | None
     reason: str = ""
+    how: str = ""
+    """How an exact kernel holds the scheme when that is not plain (int8 scales applied to the output)."""
 
     @property
     def exact(self) -> bool:
@@ -107,10 +117,17 @@ def _mapping_problem(s: Scheme) -> tuple[str | None, str]:
         return None, f"{s}: the int4 kernel takes groups along the inputs (g<N>, row or tensor granularity)"
     if s.element == "int4" and s.granularity is Granularity.GROUP and not any(s.group % g == 0 for g in INT4_GROUPS):
         return None, f"{s}: the int4 kernel's groups are {', '.join(map(str, INT4_GROUPS))}, and none divides {s.group}"
-    if s.scale != "bf16":
-        return kernel, (f"{s} stores {s.scale} scales; the fast kernel takes its scales in the activations' dtype "
-                        "(bf16)")
+    if s.element == "int4" and s.scale != "bf16":
+        return kernel, (f"{s} stores {s.scale} group scales, which sit inside the kernel's sum; the fast kernel "
+                        "takes them in the activations' dtype (bf16) only")
     return kernel, ""
+
+
+def output_scaled(scheme: str | Scheme) -> bool:
+    """Whether the int8 kernel runs `scheme` with unit scales and multiplies its output by the row scales
+    (an int8 scheme whose scales are not bf16, the activations' dtype the kernel takes its scales in)."""
+    s = parse_scheme(scheme)
+    return s.element == "int8" and s.scale != "bf16"
 
 
 def kernel_plan(scheme: str | Scheme) -> KernelPlan:
@@ -118,7 +135,9 @@ def kernel_plan(scheme: str | Scheme) -> KernelPlan:
     s = parse_scheme(scheme)
     kernel, reason = _mapping_problem(s)
     if kernel is not None and not reason:
-        return KernelPlan(str(s), kernel, str(s))
+        how = (f"its {s.scale} row scales multiply the kernel's output in float32 (one scale per output row "
+               "factors out of the row's sum; the kernel runs with unit scales)" if output_scaled(s) else "")
+        return KernelPlan(str(s), kernel, str(s), how=how)
     if kernel is not None:  # only the scale format differs
         twin = dataclasses.replace(s, scale="bf16", scale_round=s.scale_round)
         return KernelPlan(str(s), None, str(twin), reason)
@@ -171,10 +190,14 @@ class PackedWeight:
     group: int
     emulated: np.ndarray
     activation: str = ACTIVATION_DTYPE
+    output_scales: Any = None
+    """int8 schemes whose scales are not bf16: the row scales (N,) in their own format (fp16, else float32),
+    multiplying the kernel's output (then `scales` are ones); None otherwise."""
 
     @property
     def stored_bytes(self) -> int:
-        return int(self.codes.numel() * self.codes.element_size() + self.scales.numel() * self.scales.element_size())
+        tensors = [self.codes, self.scales] + ([] if self.output_scales is None else [self.output_scales])
+        return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
 def code_values(source: Any, scheme: str | Scheme) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -221,9 +244,14 @@ def pack(weight: Any, scheme: str | Scheme, activation: str = ACTIVATION_DTYPE) 
     k = shape[1]
     if plan.kernel == TORCH_INT8:
         scales = torch.from_numpy(np.ascontiguousarray(divisors[:, 0]))
-        _check_representable(scales, dtype, plan.scheme)
         codes = torch.from_numpy(values.astype(np.int8))
-        return PackedWeight(plan.scheme, plan.kernel, shape, codes, scales.to(dtype), k, emulated, activation)
+        if not output_scaled(plan.scheme):
+            _check_representable(scales, dtype, plan.scheme)
+            return PackedWeight(plan.scheme, plan.kernel, shape, codes, scales.to(dtype), k, emulated, activation)
+        held = torch.float16 if parse_scheme(plan.scheme).scale == "fp16" else torch.float32
+        _check_representable(scales, held, plan.scheme)
+        return PackedWeight(plan.scheme, plan.kernel, shape, codes, torch.ones(shape[0], dtype=dtype), k, emulated,
+                            activation, output_scales=scales.to(held))
     g = kernel_group(plan.scheme, k)
     per_group = torch.from_numpy(np.ascontiguousarray(divisors[:, ::g].T))  # (K/g, N): constant within a group
     _check_representable(per_group, dtype, plan.scheme)
@@ -239,10 +267,13 @@ def _check_representable(scales: Any, dtype: Any, scheme: str) -> None:
 
 
 def kernel_matmul(packed: PackedWeight, x: Any) -> Any:
-    """x (M, K) in the packed activation dtype, contiguous -> (M, N) in that dtype, through the kernel."""
+    """x (M, K) in the packed activation dtype, contiguous -> (M, N) in that dtype through the kernel; float32
+    when the row scales multiply the kernel's output (`PackedWeight.output_scales`: the product of the kernel's
+    dtype and the scales' is computed and returned in float32, torch's type promotion)."""
     torch = peers.torch()
     if packed.kernel == TORCH_INT8:
-        return torch.ops.aten._weight_int8pack_mm(x, packed.codes, packed.scales)
+        y = torch.ops.aten._weight_int8pack_mm(x, packed.codes, packed.scales)
+        return y if packed.output_scales is None else y * packed.output_scales
     return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed.codes, packed.group, packed.scales)
 
 
@@ -271,8 +302,9 @@ def kernel_linear_class() -> type:
             return out.reshape(*x.shape[:-1], self.out_features)
 
         def extra_repr(self) -> str:
+            scaled = ", row scales on the output" if self.packed.output_scales is not None else ""
             return (f"in_features={self.in_features}, out_features={self.out_features}, scheme={self.packed.scheme}, "
-                    f"kernel={self.packed.kernel}, activations={self.packed.activation}")
+                    f"kernel={self.packed.kernel}, activations={self.packed.activation}{scaled}")
 
     return KernelLinear
 
@@ -283,6 +315,31 @@ def kernel_linear(module: Any, scheme: str | Scheme, activation: str = ACTIVATIO
     packed = pack(module.weight.detach() if quantized is None else quantized, scheme, activation)
     bias = None if module.bias is None else module.bias.detach()
     return kernel_linear_class()(packed, bias)
+
+
+def op_calls(run: Any, ops: Sequence[str]) -> dict[str, int]:
+    """How many times each op named in `ops` (torch.profiler's names, e.g. KERNEL_OPS' values) ran during
+    run(): the evidence that a call reached the kernel rather than some other path."""
+    peers.torch()  # a clear message where torch is missing
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    counts = dict.fromkeys(ops, 0)
+    for event in prof.events():
+        if event.name in counts:
+            counts[event.name] += 1
+    return counts
+
+
+def cpu_capability() -> str:
+    """The vector ISA torch's CPU kernels dispatch to here ('AVX512', 'AVX2', 'DEFAULT', ...): the int4 kernel
+    has an AVX-512 and an AVX2 body, and which one runs sets its speed."""
+    torch = peers.torch()
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        return "unknown"
 
 
 # --------------------------------------------------------------------------- swapping a model's linears
@@ -359,15 +416,35 @@ def kernel_linears(model: Any, scheme: str | Scheme, include: Sequence[str] = ()
 
 
 # --------------------------------------------------------------------------- the stated tolerance
-def output_bound(x: Any, emulated: np.ndarray, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+UNITS = {"float32": 0.0, "bfloat16": BF16_UNIT, "float16": 2.0**-11}
+"""The unit roundoff of a cast from float32 to each model dtype (0: none)."""
+
+
+def output_rounding(packed: PackedWeight, dtype: Any = "float32") -> float:
+    """t, the relative error of a KernelLinear's output chain in a model of `dtype` (a torch dtype or its name):
+    the kernel's bf16 output, t = u; with the row scales on the output (int8, not bf16 scales), that bf16
+    output times the scale in float32, then cast to the model's dtype: t = (1 + u)(1 + u32)(1 + u_dtype) - 1
+    (u_dtype from UNITS). A bf16 kernel output casts exactly to float32 or bf16 (and to fp16 in its range)."""
+    if packed.output_scales is None:
+        return BF16_UNIT
+    name = str(dtype).removeprefix("torch.")
+    if name not in UNITS:
+        raise ValueError(f"no rounding known for a model in {name}; one of {', '.join(UNITS)}")
+    return (1 + BF16_UNIT) * (1 + FP32_UNIT) * (1 + UNITS[name]) - 1
+
+
+def output_bound(x: Any, emulated: np.ndarray, k: int | None = None,
+                 rounding: float = BF16_UNIT) -> tuple[np.ndarray, np.ndarray]:
     """(y, bound): the exact product y = x @ W_hat^T (float64, x as given, W_hat the emulation's weight) and the
     elementwise bound on a KernelLinear's deviation from it (bias excluded), with u = 2^-8 (bf16), gamma_K =
-    K u32 / (1 - K u32) (fp32 accumulation in any order, u32 = 2^-24):
+    K u32 / (1 - K u32) (fp32 accumulation in any order, u32 = 2^-24) and t = `rounding`, the relative error
+    of the output chain (`output_rounding`: u for the kernel's bf16 output):
 
-        |y_kernel - y| <= u |y| + (1 + u) (u + (1 + u) gamma_K) sum_k |x_k| |w_k|
+        |y_kernel - y| <= t |y| + (1 + t) (u + (1 + u) gamma_K) sum_k |x_k| |w_k|
 
-    from the input rounded to bf16 (|dx| <= u |x|), the fp32 sum of the exact products (each FMA rounds once)
-    and the bf16 rounding of the output (relative u)."""
+    from the input rounded to bf16 (|dx| <= u |x|), the fp32 sum of the exact products (each FMA rounds once;
+    with unit int8 scales the products x q are exact too), then the output's roundings: y_kernel =
+    s (1 + theta), s the fp32 sum, |theta| <= t."""
     xs = np.asarray(x, dtype=np.float64).reshape(-1, emulated.shape[1])
     w = emulated.astype(np.float64)
     k = int(k or emulated.shape[1])
@@ -375,14 +452,14 @@ def output_bound(x: Any, emulated: np.ndarray, k: int | None = None) -> tuple[np
     u = BF16_UNIT
     y = xs @ w.T
     magnitude = np.abs(xs) @ np.abs(w).T
-    bound = u * np.abs(y) + (1 + u) * (u + (1 + u) * gamma) * magnitude
+    bound = rounding * np.abs(y) + (1 + rounding) * (u + (1 + u) * gamma) * magnitude
     return y, bound
 
 
-def bound_fraction(y_kernel: Any, x: Any, emulated: np.ndarray) -> float:
+def bound_fraction(y_kernel: Any, x: Any, emulated: np.ndarray, rounding: float = BF16_UNIT) -> float:
     """max |y_kernel - y| / bound over the elements (see output_bound); at most 1 when the kernel keeps the
     stated tolerance. 0/0 (exact zero outputs) counts as 0."""
-    y, bound = output_bound(x, emulated)
+    y, bound = output_bound(x, emulated, rounding=rounding)
     diff = np.abs(np.asarray(y_kernel, dtype=np.float64).reshape(y.shape) - y)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, math.inf, 0.0))

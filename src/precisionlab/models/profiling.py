@@ -18,15 +18,20 @@ Variants (the layer takes float32 activations (M, K) and returns float32 (M, N),
 The fused kernels also run with float32 activations at M = 1 (`FP32_ACTIVATION`: their scalar path), so
 that the activations' dtype can be compared; at M = 512 that path would take minutes per call.
 
-Per variant and M: `ms` = wall time per call, the fastest of `repeats` calls timed with perf_counter in
-an interleaved order (every variant once per round, the order rotated each round; the fastest, because a
-shared machine only ever slows a call down; the median is kept beside it), without the profiler
+Per variant and M: `ms` = wall time per call, the fastest of `repeats` calls (at M = 1: at least
+GEMV_REPEATS, and as many more rounds as fit GEMV_BUDGET_S) timed with perf_counter in an interleaved order
+(every variant once per round, the order rotated each round; the fastest, because a shared machine only
+ever slows a call down; the median is kept beside it), without the profiler
 attached (torch.profiler adds 10-40 us per region on a loaded machine: more than a small GEMV takes);
-`conversion_share` = the share of the ops' self CPU time that torch.profiler (CPU activities) attributes to
-conversion (every op that is not a matmul: casts, dequantization, unpacking), over the same rounds
-repeated under the profiler; for llama.cpp, whose conversion happens inside one C call, the time of the
-activations' Q8_0 conversion run on its own (GgmlMatmul.quantize_activations) over the call's time.
-`weight_bytes` = the stored bytes of the weight as each variant reads them (codes and scales).
+`conversion_share` = the share of a call's ops' self CPU time that torch.profiler (CPU activities) attributes
+to conversion (every op that is not a matmul: casts, dequantization, unpacking), the median over the same
+rounds repeated under the profiler (a median: one preempted cast of a microsecond call would move a sum);
+for llama.cpp, whose conversion happens inside one C call, the time of the activations' Q8_0 conversion
+run on its own (GgmlMatmul.quantize_activations) over the call's time.
+`weight_bytes` = the stored bytes of the weight as each variant reads them (codes and scales); `op` = the
+matmul op torch.profiler saw take the most self time in the variant's calls (the evidence of which kernel
+ran: aten::_weight_int4pack_mm_for_cpu for fused_int4; llama.cpp's ggml_mul_mat is one C call the profiler
+does not see, named as such); `weights` = what the weight is (dtype, or scheme and kernel group).
 """
 
 from __future__ import annotations
@@ -52,9 +57,19 @@ FP32_ACTIVATION = {"fused_int8": "fused_int8_fp32act", "fused_int4": "fused_int4
 """The fused kernels' float32-activation runs (M = 1 only), by the variant they shadow."""
 GEMV_REPEATS = 15
 """At M = 1 a call takes milliseconds and a loaded machine preempts many of them: at least this many."""
-MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
-                        "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu"})
+GEMV_BUDGET_S = 0.5
+GEMV_MAX_ROUNDS = 500
+"""At M = 1 the rounds go on until they have taken GEMV_BUDGET_S seconds (at most GEMV_MAX_ROUNDS): a small
+layer's call takes microseconds, and the fastest of 15 such calls on a loaded machine moved fp32 / fused int4
+on the 256 x 256 layer between 0.47 and 0.63 within one run (and 0.6-1.4 between runs); the fastest of 500
+held it at 0.49-0.52. A large layer's 15 rounds already take longer than the budget."""
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::mv",
+                        "aten::addmv", *kernels.KERNEL_OPS.values()})
 """Ops whose self time counts as the matmul; every other op inside a call counts as conversion."""
+EXPECTED_OPS = {name: kernels.KERNEL_OPS[kernels.TORCH_INT8 if "int8" in name else kernels.TORCH_INT4]
+                for name in ("fused_int8", "fused_int4", "fused_int8_fp32act", "fused_int4_fp32act")}
+"""The op each fused variant must be seen running; a row whose `op` differs says so in its note."""
+LLAMACPP_OP = "ggml_mul_mat (llama.cpp: one C call, not a torch op)"
 MATH = {"fp32": "fp32", "bf16": "bf16", "dequant_int8": "bf16", "dequant_int4": "bf16", "fused_int8": "fp32",
         "fused_int4": "fp32", "llamacpp_q8_0": "fp32", "llamacpp_q4_0": "fp32"}
 """The unit each variant's arithmetic runs on, whose measured matmul rate is its FLOP ceiling: the fused
@@ -89,6 +104,10 @@ class LinearTiming:
     call computes this layer on its grid (the rest is the activations' rounding and the accumulation)."""
     median_ms: float = math.nan
     note: str = ""
+    op: str = ""
+    """The matmul op torch.profiler saw take the most self time in the calls (see the module)."""
+    weights: str = ""
+    """The weight as the variant holds it: a dtype, or the scheme and the kernel group."""
 
     @property
     def flops(self) -> float:
@@ -125,6 +144,7 @@ class Variant:
     convert: Callable[[], Any] | None = None
     close: Callable[[], None] = lambda: None
     note: str = ""
+    weights: str = ""
 
 
 def _torch_variant(name: str, weight: Any, x: Any) -> Variant:
@@ -135,43 +155,39 @@ def _torch_variant(name: str, weight: Any, x: Any) -> Variant:
     activation = "bfloat16"
     if name == "fp32":
         run: Callable[[], Any] = lambda: linear(x, weight)  # noqa: E731
-        activation, nbytes, emulated = "float32", weight.numel() * 4, weight.numpy()
+        activation, nbytes, emulated, weights = "float32", weight.numel() * 4, weight.numpy(), "float32"
     elif name == "bf16":
         w16 = weight.to(bf16)
         run = lambda: linear(x.to(bf16), w16).float()  # noqa: E731
-        nbytes, emulated = w16.numel() * 2, w16.float().numpy()
-    elif name in ("dequant_int8", "fused_int8", "fused_int8_fp32act"):
-        act = "float32" if name.endswith("fp32act") else "bfloat16"
-        packed = kernels.pack(weight, INT8_SCHEME, act)
+        nbytes, emulated, weights = w16.numel() * 2, w16.float().numpy(), "bfloat16"
+    elif name == "dequant_int8":
+        packed = kernels.pack(weight, INT8_SCHEME)
         codes, scales = packed.codes, packed.scales
-        nbytes, emulated = packed.stored_bytes, packed.emulated
-        if name == "dequant_int8":
-            run = lambda: linear(x.to(bf16), codes.to(bf16) * scales[:, None]).float()  # noqa: E731
-        else:
-            activation = act
-            dtype = getattr(torch, act)
-            run = lambda: torch.ops.aten._weight_int8pack_mm(x.to(dtype), codes, scales).float()  # noqa: E731
+        nbytes, emulated, weights = packed.stored_bytes, packed.emulated, INT8_SCHEME
+        run = lambda: linear(x.to(bf16), codes.to(bf16) * scales[:, None]).float()  # noqa: E731
     elif name == "dequant_int4":
         nibbles, group_scales, g, emulated = _plain_int4(weight)
         n, k = weight.shape
-        nbytes = nibbles.numel() + group_scales.numel() * 2
+        nbytes, weights = nibbles.numel() + group_scales.numel() * 2, f"{INT4_SCHEME} (groups of {g})"
 
         def run() -> Any:
             codes = torch.stack([nibbles & 15, nibbles >> 4], dim=-1).reshape(n, k // g, g)
             w = ((codes.to(bf16) - 8) * group_scales[:, :, None]).reshape(n, k)
             return linear(x.to(bf16), w).float()
-    else:  # fused_int4, fused_int4_fp32act
-        act = "float32" if name.endswith("fp32act") else "bfloat16"
-        packed = kernels.pack(weight, INT4_SCHEME, act)
-        activation, nbytes, emulated = act, packed.stored_bytes, packed.emulated
-        dtype = getattr(torch, act)
+    else:  # fused_int8, fused_int4 and their fp32act runs: the kernel as models.kernels calls it
+        activation = "float32" if name.endswith("fp32act") else "bfloat16"
+        scheme = INT8_SCHEME if name.startswith("fused_int8") else INT4_SCHEME
+        packed = kernels.pack(weight, scheme, activation)
+        nbytes, emulated, dtype = packed.stored_bytes, packed.emulated, getattr(torch, activation)
+        weights = scheme if scheme == INT8_SCHEME else f"{scheme} (kernel group {packed.group})"
         run = lambda: kernels.kernel_matmul(packed, x.to(dtype)).float()  # noqa: E731
 
     def call() -> Any:
         box["y"] = run()
         return box["y"]
 
-    return Variant(name, activation, int(nbytes), call, lambda: box["y"].double().numpy(), emulated)
+    return Variant(name, activation, int(nbytes), call, lambda: box["y"].double().numpy(), emulated,
+                   weights=weights)
 
 
 def _plain_int4(weight: Any) -> tuple[Any, Any, int, np.ndarray]:
@@ -197,7 +213,7 @@ def _llamacpp_variant(name: str, weight: Any, x: Any, threads: int) -> Variant:
     mm.set_input(x.numpy())
     emulated = quantize(weight.numpy(), f"gguf_{kind.lower()}").dequantize()
     return Variant(name, "float32 (Q8_0 inside)", mm.weight_bytes, mm.run, lambda: mm.output().astype(np.float64),
-                   emulated, convert=mm.quantize_activations, close=mm.close)
+                   emulated, convert=mm.quantize_activations, close=mm.close, weights=f"gguf {kind}")
 
 
 def build_variants(weight: Any, x: Any, names: Sequence[str], threads: int = 1) -> tuple[list[Variant], dict[str, str]]:
@@ -226,36 +242,55 @@ def _rotated(items: list[Any], shift: int) -> list[Any]:
     return items[shift:] + items[:shift]
 
 
-def _self_times(event: Any) -> tuple[float, float]:
-    """(conversion, matmul) self CPU microseconds of the ops below a profiler region."""
+def _self_times(event: Any, matmuls: dict[str, float] | None = None) -> tuple[float, float]:
+    """(conversion, matmul) self CPU microseconds of the ops below a profiler region; `matmuls` (optional)
+    accumulates each matmul op's self time by name."""
     conversion = matmul = 0.0
     stack = list(event.cpu_children)
     while stack:
         child = stack.pop()
         if child.name in MATMUL_OPS:
             matmul += child.self_cpu_time_total
+            if matmuls is not None:
+                matmuls[child.name] = matmuls.get(child.name, 0.0) + child.self_cpu_time_total
         else:
             conversion += child.self_cpu_time_total
         stack.extend(child.cpu_children)
     return conversion, matmul
 
 
-def time_variants(variants: Sequence[Variant], repeats: int) -> dict[str, list[float]]:
-    """Wall milliseconds per call of each variant, interleaved (one warm-up call each first)."""
+@dataclass(frozen=True)
+class Shares:
+    """What the profiled rounds say of one variant: the conversion share, the median ms per call under the
+    profiler, and the matmul op with the most self time ("" when the profiler saw none: llama.cpp)."""
+
+    share: float
+    ms: float
+    op: str
+
+
+def time_variants(variants: Sequence[Variant], repeats: int, budget_s: float = 0.0,
+                  max_rounds: int = 0) -> dict[str, list[float]]:
+    """Wall milliseconds per call of each variant, interleaved (one warm-up call each first): `repeats` rounds,
+    then more until the rounds have taken `budget_s` seconds or there are `max_rounds` of them."""
     for v in variants:
         v.run()
     samples: dict[str, list[float]] = {v.name: [] for v in variants}
-    for r in range(repeats):
+    began = time.perf_counter()
+    r = 0
+    while r < repeats or (time.perf_counter() - began < budget_s and r < max_rounds):
         for v in _rotated(list(variants), r):
             start = time.perf_counter()
             v.run()
             samples[v.name].append((time.perf_counter() - start) * 1e3)
+        r += 1
     return samples
 
 
-def profile_shares(variants: Sequence[Variant], repeats: int) -> dict[str, tuple[float, float]]:
-    """name -> (conversion share, median profiler ms per call) over `repeats` interleaved rounds under
-    torch.profiler (llama.cpp: the separately run conversion over the call, both timed inside the profiler)."""
+def profile_shares(variants: Sequence[Variant], repeats: int) -> dict[str, Shares]:
+    """name -> Shares (conversion share, median profiler ms per call, the matmul op) over `repeats` interleaved
+    rounds under torch.profiler (llama.cpp: the separately run conversion over the call, both timed inside the
+    profiler)."""
     torch = peers.torch()
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -270,6 +305,7 @@ def profile_shares(variants: Sequence[Variant], repeats: int) -> dict[str, tuple
     del torch
     totals: dict[str, list[float]] = {}
     parts: dict[str, list[float]] = {}
+    matmuls: dict[str, dict[str, float]] = {}
     for event in prof.events():
         if not event.name.startswith("plab::"):
             continue
@@ -278,10 +314,10 @@ def profile_shares(variants: Sequence[Variant], repeats: int) -> dict[str, tuple
             parts.setdefault(label[: -len("::convert")], []).append(event.cpu_time_total)
             continue
         totals.setdefault(label, []).append(event.cpu_time_total)
-        conversion, matmul = _self_times(event)
-        if event.cpu_children:
-            parts.setdefault(f"{label}::ops", []).extend([conversion, conversion + matmul])
-    out: dict[str, tuple[float, float]] = {}
+        conversion, matmul = _self_times(event, matmuls.setdefault(label, {}))
+        if event.cpu_children and conversion + matmul > 0:
+            parts.setdefault(f"{label}::ops", []).append(conversion / (conversion + matmul))
+    out: dict[str, Shares] = {}
     for v in variants:
         total = totals.get(v.name, [])
         ms = statistics.median(total) / 1e3 if total else math.nan
@@ -289,10 +325,11 @@ def profile_shares(variants: Sequence[Variant], repeats: int) -> dict[str, tuple
             converted = parts.get(v.name, [])
             share = statistics.median(converted) / statistics.median(total) if converted and total else math.nan
         else:
-            ops = parts.get(f"{v.name}::ops", [])
-            conversion_us, all_us = sum(ops[0::2]), sum(ops[1::2])
-            share = conversion_us / all_us if all_us > 0 else math.nan
-        out[v.name] = (min(share, 1.0) if math.isfinite(share) else share, ms)
+            calls = parts.get(f"{v.name}::ops", [])  # the median call's share: one preempted cast moves no more
+            share = statistics.median(calls) if calls else math.nan
+        seen = matmuls.get(v.name, {})
+        op = max(seen, key=lambda name: seen[name]) if seen else ""
+        out[v.name] = Shares(min(share, 1.0) if math.isfinite(share) else share, ms, op)
     return out
 
 
@@ -301,43 +338,39 @@ def profile_linears(cases: Sequence[LinearCase], ms: Sequence[int] = (1, 512), v
                     progress: Callable[[str], None] | None = None) -> tuple[list[LinearTiming], dict[str, str]]:
     """Every variant on every case at every M (see the module; at M = 1 at least GEMV_REPEATS repeats); returns
     the timings and, per 'case/variant/m', the reason a variant could not run there. torch runs `threads`
-    threads meanwhile (restored after)."""
+    threads meanwhile (peers.torch_threads: restored after)."""
     torch = peers.torch()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
     note = progress or (lambda _line: None)
     rows: list[LinearTiming] = []
     skipped: dict[str, str] = {}
-    try:
-        with torch.inference_mode():
-            for case in cases:
-                weight = case.weight.detach().float().contiguous()
-                k = int(weight.shape[1])
-                for m in ms:
-                    generator = torch.Generator().manual_seed(seed + m)
-                    x = torch.randn(m, k, generator=generator)
-                    names = list(variants)
-                    if m == 1:
-                        names += [FP32_ACTIVATION[v] for v in variants if v in FP32_ACTIVATION]
-                    ready, missing = build_variants(weight, x, names, threads)
-                    skipped.update({f"{case.name}/{name}/m{m}": why for name, why in missing.items()})
-                    try:
-                        rows.extend(_measure(case.name, ready, weight, x, max(repeats, GEMV_REPEATS) if m == 1
-                                             else repeats))
-                    finally:
-                        for v in ready:
-                            v.close()
-                    note(f"profiled {case.name} at M={m} ({len(ready)} variants)")
-    finally:
-        torch.set_num_threads(before)
+    with peers.torch_threads(threads), torch.inference_mode():
+        for case in cases:
+            weight = case.weight.detach().float().contiguous()
+            k = int(weight.shape[1])
+            for m in ms:
+                generator = torch.Generator().manual_seed(seed + m)
+                x = torch.randn(m, k, generator=generator)
+                names = list(variants)
+                if m == 1:
+                    names += [FP32_ACTIVATION[v] for v in variants if v in FP32_ACTIVATION]
+                ready, missing = build_variants(weight, x, names, threads)
+                skipped.update({f"{case.name}/{name}/m{m}": why for name, why in missing.items()})
+                try:
+                    rows.extend(_measure(case.name, ready, weight, x, max(repeats, GEMV_REPEATS) if m == 1
+                                         else repeats, GEMV_BUDGET_S if m == 1 else 0.0))
+                finally:
+                    for v in ready:
+                        v.close()
+                note(f"profiled {case.name} at M={m} ({len(ready)} variants)")
     return rows, skipped
 
 
-def _measure(case: str, ready: list[Variant], weight: Any, x: Any, repeats: int) -> list[LinearTiming]:
+def _measure(case: str, ready: list[Variant], weight: Any, x: Any, repeats: int,
+             budget_s: float = 0.0) -> list[LinearTiming]:
     n, k = (int(d) for d in weight.shape)
     m = int(x.shape[0])
     xs = x.double().numpy()
-    samples = time_variants(ready, repeats)
+    samples = time_variants(ready, repeats, budget_s, GEMV_MAX_ROUNDS)
     shares = profile_shares(ready, max(2, repeats // 2))
     rows = []
     for v in ready:
@@ -347,9 +380,15 @@ def _measure(case: str, ready: list[Variant], weight: Any, x: Any, repeats: int)
             expected = xs @ v.emulated.astype(np.float64).T
             norm = float(np.linalg.norm(expected))
             diff = float(np.linalg.norm(v.output() - expected)) / norm if norm > 0 else math.nan
-        share, profiler_ms = shares[v.name]
-        rows.append(LinearTiming(case, v.name, m, n, k, v.activation, min(samples[v.name]), samples[v.name], share,
-                                 profiler_ms, v.weight_bytes, diff, statistics.median(samples[v.name]), v.note))
+        seen = shares[v.name]
+        op = LLAMACPP_OP if v.convert is not None and not seen.op else seen.op
+        note = v.note
+        expected = EXPECTED_OPS.get(v.name)
+        if expected is not None and op != expected:
+            note = f"{note} expected {expected} to run; torch.profiler saw {op or 'no matmul op'}".strip()
+        rows.append(LinearTiming(case, v.name, m, n, k, v.activation, min(samples[v.name]), samples[v.name],
+                                 seen.share, seen.ms, v.weight_bytes, diff, statistics.median(samples[v.name]), note,
+                                 op, v.weights))
     return rows
 
 
@@ -507,15 +546,10 @@ def measure_machine(threads: int = 1, budget_s: float = 0.3, size: int = 1024) -
     threads (restored after)."""
     from precisionlab.gemm.timing import matmul_timings
 
-    torch = peers.torch()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with peers.torch_threads(threads):
         copy_gbps, copy_kernel = copy_bandwidth()
         read_gbps = read_bandwidth()
         timings = [t for t in matmul_timings(size, size, size, budget_s) if t.library == "torch"]
-    finally:
-        torch.set_num_threads(before)
     best: dict[str, float] = {}
     shapes: dict[str, str] = {}
     for t in timings:
