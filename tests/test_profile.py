@@ -285,3 +285,20 @@ def test_machine_bandwidths_are_positive_and_named() -> None:
     assert profiling.read_bandwidth(repeats=2, n=1 << 16) > 0
     cache = lab.last_level_cache_mb()
     assert cache is None or cache > 0
+
+
+def test_profiling_prints_no_kineto_lines() -> None:
+    """torch.profiler's C++ side wrote 'STAGE: ... Warm Up' and 'USDT: ... profiler_start' / 'profiler_stop' to
+    stderr around every profiled region: dozens of lines in `precisionlab run`'s output. A fresh process (kineto reads
+    KINETO_LOG_LEVEL once, at its first region) profiles through precisionlab and its stderr holds none of them."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom precisionlab.models import kernels\n"
+            "print(kernels.op_calls(lambda: torch.ones(4).sum(), ['aten::sum']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "'aten::sum': 1" in run.stdout
+    assert "USDT" not in run.stderr and "profiler_start" not in run.stderr and "STAGE" not in run.stderr, run.stderr

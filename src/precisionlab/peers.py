@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -132,6 +133,20 @@ def quiet() -> Iterator[None]:
             hf_logging.set_verbosity(verbosity)
 
 
+KINETO_QUIET = "6"
+"""KINETO_LOG_LEVEL that silences torch.profiler's C++ log lines (6: above kineto's highest level, USDT)."""
+
+
+def torch_profiler() -> ModuleType:
+    """torch.profiler, with kineto's own log lines ("STAGE: ... Warm Up", "USDT: ... profiler_start" /
+    "profiler_stop", written straight to stderr around every profiled region) switched off unless the caller set
+    KINETO_LOG_LEVEL: they interleaved with a command's progress lines. Kineto reads the variable when it first
+    starts, so this must come before the process's first profiled region (every profiler use goes through here)."""
+    torch("profiling")  # a clear message where torch is missing
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
+    return importlib.import_module("torch.profiler")
+
+
 @contextlib.contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
     """torch.set_num_threads(threads) for the block, restored afterwards (None: leave torch's choice)."""
@@ -161,4 +176,4 @@ def as_numpy(x: Any, dtype: Any = None) -> Any:
 
 __all__ = ["EXTRA_HINT", "INSTALL_HINTS", "TORCH_CPU_INDEX", "TORCH_HINT", "TORCH_INSTALL", "TORCH_VERSION",
            "MissingPeer", "as_numpy", "available", "install_hint", "missing_reason", "optional_import", "quiet",
-           "require", "torch", "torch_threads", "transformers"]
+           "require", "torch", "torch_profiler", "torch_threads", "transformers"]

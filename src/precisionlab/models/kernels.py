@@ -320,10 +320,8 @@ def kernel_linear(module: Any, scheme: str | Scheme, activation: str = ACTIVATIO
 def op_calls(run: Any, ops: Sequence[str]) -> dict[str, int]:
     """How many times each op named in `ops` (torch.profiler's names, e.g. KERNEL_OPS' values) ran during
     run(): the evidence that a call reached the kernel rather than some other path."""
-    peers.torch()  # a clear message where torch is missing
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    profiler = peers.torch_profiler()
+    with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
         run()
     counts = dict.fromkeys(ops, 0)
     for event in prof.events():

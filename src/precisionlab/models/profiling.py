@@ -291,18 +291,15 @@ def profile_shares(variants: Sequence[Variant], repeats: int) -> dict[str, Share
     """name -> Shares (conversion share, median profiler ms per call, the matmul op) over `repeats` interleaved
     rounds under torch.profiler (llama.cpp: the separately run conversion over the call, both timed inside the
     profiler)."""
-    torch = peers.torch()
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    profiler = peers.torch_profiler()
+    with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
         for r in range(repeats):
             for v in _rotated(list(variants), r):
-                with record_function(f"plab::{v.name}"):
+                with profiler.record_function(f"plab::{v.name}"):
                     v.run()
                 if v.convert is not None:
-                    with record_function(f"plab::{v.name}::convert"):
+                    with profiler.record_function(f"plab::{v.name}::convert"):
                         v.convert()
-    del torch
     totals: dict[str, list[float]] = {}
     parts: dict[str, list[float]] = {}
     matmuls: dict[str, dict[str, float]] = {}
@@ -434,7 +431,7 @@ def decode_profile(model: Any, prompt: Any, steps: int, block_names: Sequence[st
     """Profile `steps` greedy decode steps after a prefill of `prompt` (token ids, shape (1, P)); every
     nn.Linear (and KernelLinear) call is a profiler region, the ones named in `block_names` counted apart."""
     torch = peers.torch()
-    from torch.profiler import ProfilerActivity, profile, record_function
+    profiler = peers.torch_profiler()
 
     kernel_class: Any = kernels.kernel_linear_class()
     blocks = set(block_names)
@@ -445,7 +442,7 @@ def decode_profile(model: Any, prompt: Any, steps: int, block_names: Sequence[st
             label = f"plab::linear::{'block' if name in blocks else 'other'}"
 
             def pre(_m: Any, _a: Any, label: str = label) -> None:
-                region = record_function(label)
+                region = profiler.record_function(label)
                 region.__enter__()
                 open_regions.append(region)
 
@@ -457,9 +454,9 @@ def decode_profile(model: Any, prompt: Any, steps: int, block_names: Sequence[st
         with torch.inference_mode():
             decoding = greedy_decode(model, prompt)
             token = next(decoding)
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
                 for _ in range(steps):
-                    with record_function("plab::step"):
+                    with profiler.record_function("plab::step"):
                         token = decoding.send(token)
     finally:
         for handle in handles:
