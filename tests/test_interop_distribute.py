@@ -1,5 +1,6 @@
 """interop.distribute's `shared` arguments: every task receives them first, and each worker gets them once (the
-pool through its initializer, Dask scattered), not once per task; a pool worker that dies is a WorkerDied."""
+pool through its initializer, Dask scattered), not once per task; a worker that dies is a WorkerDied (a pool's,
+and a Dask task's, where Dask says KilledWorker)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,15 @@ def test_a_dead_pool_worker_is_a_worker_died() -> None:
     with pytest.raises(WorkerDied, match="a worker process died") as caught:
         list(distribute_tasks(_die, [(1,), (2,)], workers=2))
     assert isinstance(caught.value, RuntimeError) and caught.value.reason
+
+
+@pytest.mark.slow  # 10 s under load: a Dask worker process started and killed
+def test_a_dask_task_whose_worker_dies_is_a_worker_died() -> None:
+    distributed = pytest.importorskip("distributed", reason="needs dask[distributed]")
+    import dask
+
+    with (dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+          distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
+          as cluster, distributed.Client(cluster) as client,
+          pytest.raises(WorkerDied, match="a worker process died \\(on the Dask cluster: ")):
+        list(distribute_tasks(_die, [(1,)], client=client))

@@ -37,7 +37,8 @@ CONNECT_TIMEOUT_S = 20
 
 
 class WorkerDied(RuntimeError):
-    """A pool worker process died (killed for memory, say); `reason` is what the pool said."""
+    """A worker process died (killed for memory, say): a pool's, or a Dask task's every worker (KilledWorker);
+    `reason` is what the pool or Dask said."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"a worker process died ({reason}); finished results are kept, run again to resume")
@@ -209,12 +210,16 @@ class _DaskStream(TaskStream):
         super().__init__(self._run())
 
     def _run(self) -> Iterator[Any]:
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
 
         for future in as_completed(self._futures, loop=self._client.loop):
             if future.key in self._taken:
                 continue
-            result = future.result()
+            try:
+                result = future.result()
+            except KilledWorker as exc:  # the task's workers died, each time it was tried
+                self.close()
+                raise WorkerDied(f"on the Dask cluster: {exc}") from None
             self._taken.add(future.key)
             yield result
         self.close()
