@@ -3,19 +3,40 @@
     precisionlab eval --model smollm2-135m --schemes int8:row,int4:g128,nvfp4,mxfp4 --tasks ppl,choice \\
         --max-drop 1.0 [--size N] [--include PAT ...] [--exclude PAT ...] [--json] [--out DIR]
     precisionlab eval --model smollm2-135m --from out/recipe.json [--from out/ptq.json] [--schemes int4:g128]
+    precisionlab eval ... [--workers N | --scheduler tcp://host:8786]     the candidates on processes or Dask
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from precisionlab.cli.common import StepProgress, emit, lab_output_options, nonblank, set_torch_threads, split_commas
+from precisionlab.cli.common import (
+    StepProgress,
+    emit,
+    lab_output_options,
+    nonblank,
+    positive_int,
+    set_torch_threads,
+    split_commas,
+)
 
 __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq and ladder import it from here too
+
+
+def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--workers / --scheduler: where the candidates are scored (eval.workers)."""
+    command = click.option("--scheduler", default=None, metavar="ADDRESS",
+                           help="Score the candidates on the Dask cluster at ADDRESS (tcp://host:8786); the model "
+                                "and any --from file must load on its workers under the same name or path.")(command)
+    return click.option("--workers", "-w", default=1, show_default=True, callback=positive_int,
+                        help="Processes that score the candidates, each loading the model once (the reference is "
+                             "computed here first); the results equal one process's, bit for bit.")(command)
 
 
 @click.command("eval")
@@ -60,11 +81,13 @@ __all__ = ["COMMAND", "StepProgress"]  # StepProgress lives in cli.common; ptq a
                    "so (docs/profile.md).")
 @click.option("--findings", "show_findings", is_flag=True,
               help="Also print every finding (key and value) after the tables; --json and --out always hold them.")
+@worker_options
 @lab_output_options
 def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], step: int | None,
             tasks: tuple[str, ...], max_drop: float, size: float,
             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
-            threads: int | None, speed: bool, show_findings: bool, as_json: bool, out_dir: Path | None) -> None:
+            threads: int | None, speed: bool, show_findings: bool, workers: int, scheduler: str | None,
+            as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
     from precisionlab.eval.candidates import parse_candidates
     from precisionlab.eval.data import task_sizes
@@ -93,8 +116,11 @@ def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], s
         excluded = [] if [e.lower() for e in exclude] == ["none"] else list(exclude)
     if threads is not None and threads < 1:
         raise click.BadParameter(f"must be a positive integer, got {threads}", param_hint="'--threads'")
+    if scheduler is not None and workers != 1:
+        raise click.UsageError("give --workers or --scheduler, not both")
     command = _command(model, chosen, task_names, max_drop, size, include, exclude, dtype, seed, from_paths, step)
-    with StepProgress() as progress:
+    with StepProgress() as progress, contextlib.ExitStack() as stack:
+        client = _connect(scheduler, progress, stack)  # dask missing or the scheduler unreachable: before the model
         progress.start(f"loading {model}", 0)
         loaded = load_model(model, dtype=dtype, progress=progress.note)
         progress.done(f"loaded {loaded.name} ({loaded.kind}, {loaded.load_seconds:.1f} s"
@@ -113,7 +139,7 @@ def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], s
         result = eval_lab.run(model, chosen, task_names, max_drop=max_drop, size=size, include=list(include),
                               exclude=excluded, seed=seed, cache=not no_cache, n_resamples=resamples, dtype=dtype,
                               command=command, progress=progress, loaded=loaded, examples_dir=out_dir,
-                              extra=saved)
+                              extra=saved, workers=workers, client=client)
         if speed and chosen:
             speed_measure.add_speed(result, measured)
     emit(result, as_json, out_dir, findings=show_findings)
@@ -123,6 +149,19 @@ def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], s
     if out_dir is not None and not as_json:
         click.echo(f"wrote per-example scores to {out_dir}/eval_<task>_examples.jsonl and per-layer records to "
                    f"{out_dir}/eval_layers.jsonl")
+
+
+def _connect(scheduler: str | None, progress: StepProgress, stack: contextlib.ExitStack) -> Any:
+    """A Dask client for --scheduler (closed with the stack), or None."""
+    if scheduler is None:
+        return None
+    from precisionlab.interop.distribute import connect_scheduler
+
+    progress.start(f"connecting to the Dask scheduler at {scheduler}", 0)
+    client = connect_scheduler(scheduler)
+    stack.callback(client.close)
+    progress.done(f"connected to the Dask scheduler at {scheduler}")
+    return client
 
 
 def _saved_candidates(paths: tuple[str, ...], step: int | None) -> list[Any]:

@@ -17,6 +17,9 @@ A prepared candidate (`Candidate(weights, name=..., prepare=...)`, built in Pyth
 the weights by its own rule: `prepare(model, include, exclude)` writes them into the model and returns a
 `models.weights.QuantizationReport` whose `restore()` puts the originals back (a PTQ method's weights,
 the ladder's outlier-column step). `weights` then names the grid it quantizes to, `name` is its label.
+Its `prepare` closure cannot be sent to another process; `rebuild = (function, args)`, a module-level function
+that returns the candidate again (export.candidate.result_candidate and the result's path), lets the
+evaluation's workers build their own (eval.workers).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class Candidate:
     """The label of a prepared candidate (default: built from the parts)."""
     prepare: Callable[[Any, Any, Any], Any] | None = field(default=None, compare=False, repr=False)
     """prepare(model, include, exclude) -> QuantizationReport: installs its own weights (see the module)."""
+    rebuild: tuple[Callable[..., Candidate], tuple[Any, ...]] | None = field(default=None, compare=False, repr=False)
+    """A prepared candidate: (function, args) with function(*args) this candidate again, in any process."""
 
     @property
     def label(self) -> str:

@@ -17,6 +17,17 @@ units (topics for the built-in sets, blocks of consecutive units of a text file,
                with `answer` when the file gives one                before the first differing token)
     retrieval  acc@1                                          pp   cosine (embedding cosine with the reference)
 
+Threads and runtime: the reference and every candidate run with one torch thread count (`threads=`, default
+torch's current one; recorded in `settings["torch_threads"]`), since threads and batching change logits in their
+last bits. A cached reference is used only when it was computed under the same runtime (library versions,
+threads, attention implementation, dtype, device: eval.reference); otherwise it is computed again and the
+progress says what changed ("reference: ppl recomputed: torch 2.13.0 -> 2.14.0").
+
+Workers: `evaluate(..., workers=2)` (a process pool), `scheduler="tcp://host:8786"` or `client=` (Dask) score
+the candidates elsewhere, one candidate per task, each worker loading the model once (eval.workers); the
+reference stays in this process and its arrays are sent to every worker once. The EvalRun equals the serial
+one bit for bit.
+
 Memory: the model once. While a candidate is applied its selected weights hold the dequantized
 values in their own storage and the originals wait on disk (models.weights' `spill_dir`, a
 temporary directory under the cache root, removed afterwards), read back one layer at a time for the layer-output
@@ -28,11 +39,10 @@ selected weights (0.43 GB for SmolLM2's block linears): a peak of 3.25× the fp3
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,9 +50,17 @@ from typing import Any, Protocol
 import numpy as np
 
 from precisionlab import peers
-from precisionlab.eval import ppl_task, scoring, stats
+from precisionlab.eval import ppl_task, reference_outputs, scoring, stats
 from precisionlab.eval.candidates import LLAMACPP, Candidate
-from precisionlab.eval.reference import load_reference, ragged, reference_key, save_reference, unragged
+from precisionlab.eval.records import example_records as example_records
+from precisionlab.eval.records import write_examples as write_examples
+from precisionlab.eval.reference import (
+    load_reference,
+    reference_key,
+    runtime_identity,
+    save_reference,
+    stale_reason,
+)
 from precisionlab.eval.tasks import TaskSpec
 
 PPL_MAX_TOKENS = 512
@@ -114,6 +132,8 @@ class TaskRun:
     outcomes: list[Outcome] = field(default_factory=list)
     arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     """The reference's raw outputs (what the cache holds), for scoring the candidates."""
+    recomputed: str = ""
+    """Why a cache entry of another runtime was not used ("torch 2.13.0 -> 2.14.0"; "" otherwise)."""
 
     @property
     def name(self) -> str:
@@ -198,64 +218,124 @@ def check_max_drop(max_drop: float) -> float:
     return value
 
 
+@dataclass(frozen=True)
+class CandidateScoring:
+    """How every candidate is scored: the layers it quantizes, the threshold and the statistics' settings."""
+
+    include: tuple[str, ...]
+    exclude: tuple[str, ...] | None
+    max_drop: float
+    seed: int
+    n_resamples: int
+    limits: Limits
+    confidence: float
+
+
 def evaluate(loaded: Any, candidates: Sequence[Candidate], tasks: Sequence[TaskSpec], max_drop: float,
              include: Sequence[str] = (), exclude: Sequence[str] | None = None, cache: bool = True,
              cache_dir: Path | None = None, progress: Progress | None = None, seed: int = 0,
              n_resamples: int = stats.DEFAULT_RESAMPLES, limits: Limits = Limits(),
-             confidence: float = stats.DEFAULT_CONFIDENCE) -> EvalRun:
+             confidence: float = stats.DEFAULT_CONFIDENCE, threads: int | None = None, workers: int = 1,
+             scheduler: str | None = None, client: Any = None, model_spec: str | None = None) -> EvalRun:
     """Score the reference (cached) and every candidate on every task; compare them (see the module) with
-    intervals of `confidence` (two-sided; the escalation ladder asks for its per-test level)."""
+    intervals of `confidence` (two-sided; the escalation ladder asks for its per-test level).
+
+    torch runs `threads` threads (None: its current count) for the reference and every candidate; the count is
+    in the reference's cache key and in `settings["torch_threads"]`. `workers` processes, a Dask `scheduler`
+    address or a connected `client` score the candidates elsewhere (eval.workers; `model_spec`, what they load,
+    defaults to the model's source); the run is the same, bit for bit."""
     check_max_drop(max_drop)
     check_resamples(n_resamples)
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     progress = progress or SilentProgress()
     _check_candidates(loaded, candidates)
+    distributed = workers != 1 or scheduler is not None or client is not None
+    if distributed:
+        from precisionlab.eval import workers as eval_workers
+
+        eval_workers.check_distributable(candidates, workers, scheduler, client)
+    threads = _threads(threads)
     start = time.perf_counter()
     settings = {"ppl_max_tokens": limits.ppl_max_tokens, "kl_top_k": scoring.KL_TOP_K,
                 "generate_new_tokens": limits.generate_new_tokens, "probe_tokens": limits.probe_tokens,
                 "n_resamples": n_resamples, "seed": seed,
-                "confidence": confidence,
+                "confidence": confidence, "torch_threads": threads,
                 "interval": "expanded percentile, paired bootstrap; 0/1 scores: its union with Tango's score interval; "
                             "perplexity: its union with the studentized bootstrap, Cantelli's end when too skewed"}
-    runs = [_reference(loaded, spec, cache, cache_dir, progress, limits) for spec in tasks]
-    probe = _probe(loaded, limits.probe_tokens)
-    candidate_runs: list[CandidateRun] = []
-    for candidate in candidates:
-        progress.start(f"quantizing the weights for {candidate.label}", 0)  # a phase without a count
-        with _applied(loaded, candidate, include, exclude) as (report, act_layers, make_cache):
-            output_err, per_layer = _layer_output_error(loaded, report, probe)
-            layers = [_layer_dict(r, per_layer.get(r.name)) for r in report.layers] if report else []
-            candidate_runs.append(CandidateRun(
-                candidate=candidate,
-                bits_per_weight=report.bits_per_weight if report else math.nan,
-                model_bytes=report.model_bytes if report else loaded.nbytes,
-                rel_err=report.rel_err if report else 0.0,
-                sqnr_db=report.sqnr_db if report else math.inf,
-                layer_output_err=output_err,
-                alignment=report.alignment if report else "no",
-                quantized_layers=len(report.quantized) if report else 0,
-                skipped_layers=len(report.skipped) if report else 0,
-                notes=report.notes() if report else [],
-                layers=layers,
-                act_layers=act_layers,
-                quantize_seconds=report.seconds if report else 0.0,
-            ))
-            for run in runs:
-                began = time.perf_counter()
-                progress.start(f"{candidate.label}: {run.name}", len(run.spec.items))
-                outcome = _candidate_outcome(loaded, run, candidate.label, make_cache, max_drop, seed, n_resamples,
-                                             progress, limits, confidence)
-                outcome.seconds = time.perf_counter() - began
+    options = CandidateScoring(tuple(include), None if exclude is None else tuple(exclude), float(max_drop), seed,
+                               n_resamples, limits, confidence)
+    with peers.torch_threads(threads):
+        runtime = runtime_identity(loaded.model, threads)
+        settings["runtime"] = runtime
+        runs = [_reference(loaded, spec, cache, cache_dir, progress, limits, runtime) for spec in tasks]
+        probe = _probe(loaded, limits.probe_tokens)
+        if distributed:
+            scored: Iterable[tuple[CandidateRun, list[Outcome]]] = eval_workers.score_distributed(
+                loaded, candidates, runs, probe, options, runtime, progress, score_candidate, task_line,
+                workers=workers, scheduler=scheduler, client=client, model_spec=model_spec)
+        else:
+            scored = (score_candidate(loaded, candidate, runs, probe, options, progress) for candidate in candidates)
+        candidate_runs: list[CandidateRun] = []
+        for candidate_run, outcomes in scored:
+            candidate_runs.append(candidate_run)
+            for run, outcome in zip(runs, outcomes, strict=True):
                 run.outcomes.append(outcome)
-                progress.done(f"{candidate.label}: {run.name} ({len(run.spec.items)} examples, "
-                              f"{outcome.seconds:.1f} s)")
     model_info = {"name": loaded.name, "kind": loaded.kind, "source": loaded.source, "form": loaded.form,
                   "fingerprint": loaded.fingerprint, "dtype": loaded.dtype, "parameters": loaded.parameters,
                   "bytes": loaded.nbytes, "grid_note": loaded.grid_note, "source_types": dict(loaded.source_types),
                   "load_seconds": loaded.load_seconds, "loaded_from_cache": loaded.from_cache,
                   "max_length": loaded.max_length}
     return EvalRun(model_info, candidate_runs, runs, float(max_drop), settings, time.perf_counter() - start)
+
+
+def _threads(threads: int | None) -> int:
+    """The torch thread count of a run: `threads`, or torch's current count (ValueError below 1)."""
+    if threads is None:
+        return int(peers.torch().get_num_threads())
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    return threads
+
+
+def score_candidate(loaded: Any, candidate: Candidate, runs: Sequence[TaskRun], probe: Any,
+                    options: CandidateScoring, progress: Progress) -> tuple[CandidateRun, list[Outcome]]:
+    """One candidate installed on the model, its layer-output error on the probe, then every task scored against
+    its reference (runs[i].arrays); the model is restored afterwards. The outcomes follow `runs`."""
+    progress.start(f"quantizing the weights for {candidate.label}", 0)  # a phase without a count
+    outcomes: list[Outcome] = []
+    with _applied(loaded, candidate, options.include, options.exclude) as (report, act_layers, make_cache):
+        output_err, per_layer = _layer_output_error(loaded, report, probe)
+        layers = [_layer_dict(r, per_layer.get(r.name)) for r in report.layers] if report else []
+        candidate_run = CandidateRun(
+            candidate=candidate,
+            bits_per_weight=report.bits_per_weight if report else math.nan,
+            model_bytes=report.model_bytes if report else loaded.nbytes,
+            rel_err=report.rel_err if report else 0.0,
+            sqnr_db=report.sqnr_db if report else math.inf,
+            layer_output_err=output_err,
+            alignment=report.alignment if report else "no",
+            quantized_layers=len(report.quantized) if report else 0,
+            skipped_layers=len(report.skipped) if report else 0,
+            notes=report.notes() if report else [],
+            layers=layers,
+            act_layers=act_layers,
+            quantize_seconds=report.seconds if report else 0.0,
+        )
+        for run in runs:
+            began = time.perf_counter()
+            progress.start(f"{candidate.label}: {run.name}", len(run.spec.items))
+            outcome = _candidate_outcome(loaded, run, candidate.label, make_cache, options.max_drop, options.seed,
+                                         options.n_resamples, progress, options.limits, options.confidence)
+            outcome.seconds = time.perf_counter() - began
+            outcomes.append(outcome)
+            progress.done(task_line(candidate.label, run, outcome))
+    return candidate_run, outcomes
+
+
+def task_line(label: str, run: TaskRun, outcome: Outcome) -> str:
+    """The progress line of a candidate's finished task."""
+    return f"{label}: {run.name} ({len(run.spec.items)} examples, {outcome.seconds:.1f} s)"
 
 
 def _check_candidates(loaded: Any, candidates: Sequence[Candidate]) -> None:
@@ -408,97 +488,37 @@ def _layer_output_error(loaded: Any, report: Any, probe: Any) -> tuple[float, di
 
 
 # --------------------------------------------------------------------------- reference
-def _settings_for(spec: TaskSpec, limits: Limits, max_length: int) -> dict[str, Any]:
-    if spec.kind == "ppl":
-        return ppl_task.settings(spec, limits, max_length)
-    if spec.kind == "generate":
-        return {"new_tokens": limits.generate_new_tokens, "batch": scoring.GENERATE_BATCH}
-    if spec.kind == "retrieval":
-        return {"batch": scoring.EMBED_BATCH}
-    return {"acc_norm": "utf-8 bytes"}  # the cached reference holds acc_norm: its rule is part of the key
-
-
 def _causal(loaded: Any, make_cache: Callable[[], Any] | None = None) -> scoring.CausalLM:
     return scoring.CausalLM(loaded.model, loaded.tokenizer, loaded.max_length, make_cache)
 
 
 def _reference(loaded: Any, spec: TaskSpec, use_cache: bool, cache_dir: Path | None, progress: Progress,
-               limits: Limits) -> TaskRun:
+               limits: Limits, runtime: dict[str, str]) -> TaskRun:
     began = time.perf_counter()
-    key = reference_key(loaded.fingerprint, spec.kind, spec.fingerprint, _settings_for(spec, limits, loaded.max_length))
-    arrays = load_reference(key, cache_dir) if use_cache else None
+    settings = reference_outputs.settings(spec, limits, loaded.max_length)
+    key = reference_key(loaded.fingerprint, spec.kind, spec.fingerprint, settings)
+    arrays = load_reference(key, runtime, cache_dir) if use_cache else None
     cached = arrays is not None
+    reason = ""
     if arrays is None:
+        reason = stale_reason(key, runtime, cache_dir) if use_cache else ""
+        if reason:  # an entry of another runtime exists: say why it is not used
+            progress.done(f"reference: {spec.name} recomputed: {reason}")
         progress.start(f"reference: {spec.name}", len(spec.items))
         arrays = reference_pass(loaded, spec, progress.advance, limits)
         if use_cache:
-            save_reference(key, arrays, cache_dir)
-    summary, examples = _reference_summary(loaded, spec, arrays)
+            save_reference(key, runtime, arrays, cache_dir)
+    summary, examples = reference_outputs.summary(loaded, spec, arrays)
     seconds = time.perf_counter() - began
     progress.done(f"reference: {spec.name} ({len(spec.items)} examples, "
                   f"{'from the cache' if cached else f'{seconds:.1f} s'})")
-    return TaskRun(spec, summary, examples, cached, seconds, arrays=arrays)
+    return TaskRun(spec, summary, examples, cached, seconds, arrays=arrays, recomputed=reason)
 
 
 def reference_pass(loaded: Any, spec: TaskSpec, advance: scoring.Advance,
                    limits: Limits = Limits()) -> dict[str, np.ndarray]:
-    """The reference model's raw outputs for one task (what the cache stores)."""
-    items = spec.items
-    if spec.kind == "ppl":
-        return ppl_task.reference_arrays(_causal(loaded), spec, limits, advance)
-    if spec.kind == "choice":
-        choice = scoring.score_choice(_causal(loaded), items, advance)
-        flat = ragged(choice.loglik, np.float64)
-        return {"loglik": flat["values"], "offsets": flat["offsets"], "acc": choice.acc, "acc_norm": choice.acc_norm,
-                "pred": choice.pred, "pred_norm": choice.pred_norm}
-    if spec.kind == "generate":
-        outputs = scoring.generate(_causal(loaded), [e.prompt for e in items], limits.generate_new_tokens, advance)
-        flat = ragged(outputs, np.int64)
-        return {"tokens": flat["values"], "offsets": flat["offsets"]}
-    queries = scoring.embed(loaded, [p.query for p in items], lambda n: None)
-    passages = scoring.embed(loaded, [p.passage for p in items], advance)
-    return {"queries": queries, "passages": passages}
-
-
-def _retrieval_hits(queries: np.ndarray, passages: np.ndarray) -> np.ndarray:
-    """1.0 where a query's most similar passage (cosine) is its own."""
-    q = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
-    p = passages / np.maximum(np.linalg.norm(passages, axis=1, keepdims=True), 1e-12)
-    similarity = q.astype(np.float64) @ p.astype(np.float64).T
-    return (np.argmax(similarity, axis=1) == np.arange(len(q))).astype(np.float64)
-
-
-def _reference_summary(loaded: Any, spec: TaskSpec,
-                       arrays: dict[str, np.ndarray]) -> tuple[dict[str, float], dict[str, list]]:
-    if spec.kind == "ppl":
-        ppl = math.exp(float(arrays["nll"].sum()) / float(arrays["tokens"].sum()))
-        return {"ppl": ppl, "tokens": float(arrays["tokens"].sum())}, {
-            "nll": arrays["nll"].tolist(), "tokens": arrays["tokens"].astype(int).tolist()}
-    if spec.kind == "choice":
-        return ({"acc": 100 * float(arrays["acc"].mean()), "acc_norm": 100 * float(arrays["acc_norm"].mean())},
-                {"acc": arrays["acc"].tolist(), "acc_norm": arrays["acc_norm"].tolist(),
-                 "loglik": unragged(arrays["loglik"], arrays["offsets"])})
-    if spec.kind == "generate":
-        outputs = unragged(arrays["tokens"], arrays["offsets"])
-        if _has_answers(spec):
-            matches = _answer_matches(spec, outputs, loaded.tokenizer)
-            return {"exact_match": 100 * float(matches.mean())}, {"exact_match": matches.tolist(), "tokens": outputs}
-        return {"exact_match": 100.0}, {"tokens": outputs}
-    hits = _retrieval_hits(arrays["queries"], arrays["passages"])
-    return {"acc@1": 100 * float(hits.mean())}, {"acc@1": hits.tolist()}
-
-
-def _has_answers(spec: TaskSpec) -> bool:
-    return any(getattr(e, "answer", None) is not None for e in spec.items)
-
-
-def _answer_matches(spec: TaskSpec, outputs: Sequence[list[int]], tokenizer: Any) -> np.ndarray:
-    """1.0 where the decoded output, stripped, equals the example's answer, stripped (0.0 without an answer)."""
-    hits = []
-    for example, tokens in zip(spec.items, outputs, strict=True):
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        hits.append(float(example.answer is not None and text.strip() == example.answer.strip()))
-    return np.asarray(hits)
+    """The reference model's raw outputs for one task (what the cache stores; eval.reference_outputs)."""
+    return reference_outputs.outputs(loaded, spec, advance, limits)
 
 
 # --------------------------------------------------------------------------- candidates
@@ -529,8 +549,8 @@ def _candidate_outcome(loaded: Any, run: TaskRun, label: str, make_cache: Callab
         ones = np.ones(len(outputs))
         token = stats.paired_bootstrap_mean(np.zeros(len(outputs)), agreement, percent=True, **options)
         per_example = {"tokens": outputs, "same_as_reference": same.tolist(), "token_agreement": agreement.tolist()}
-        if _has_answers(spec):
-            matches = _answer_matches(spec, outputs, loaded.tokenizer)
+        if reference_outputs.has_answers(spec):
+            matches = reference_outputs.answer_matches(spec, outputs, loaded.tokenizer)
             comparison = stats.compare_scores(np.asarray(run.reference_examples["exact_match"]), matches, max_drop,
                                               **options)
             per_example["exact_match"] = matches.tolist()
@@ -541,7 +561,7 @@ def _candidate_outcome(loaded: Any, run: TaskRun, label: str, make_cache: Callab
                        {"exact_match": comparison}, {"token_agreement": token}, per_example)
     queries = scoring.embed(loaded, [p.query for p in spec.items], lambda n: None)
     passages = scoring.embed(loaded, [p.passage for p in spec.items], progress.advance)
-    hits = _retrieval_hits(queries, passages)
+    hits = reference_outputs.retrieval_hits(queries, passages)
     cosine = 0.5 * (_cosines(arrays["queries"], queries) + _cosines(arrays["passages"], passages))
     comparison = stats.compare_scores(np.asarray(run.reference_examples["acc@1"]), hits, max_drop, **options)
     fidelity = stats.paired_bootstrap_mean(np.zeros(len(cosine)), cosine, percent=False, **options)
@@ -554,33 +574,3 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     norms = np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1)
     return np.where(norms > 0, np.sum(a64 * b64, axis=1) / np.maximum(norms, 1e-300), 0.0)
-
-
-# --------------------------------------------------------------------------- per-example records
-def example_records(run: EvalRun, task: TaskRun) -> Iterator[dict[str, Any]]:
-    """One record per example: id, group, the reference's scores and every candidate's, paired."""
-    reference = task.reference_examples
-    for i, item in enumerate(task.spec.items):
-        yield {
-            "task": task.name,
-            "id": item.id,
-            "group": item.group,
-            "reference": {k: v[i] for k, v in reference.items()},
-            "candidates": {o.candidate: {k: v[i] for k, v in o.per_example.items()} for o in task.outcomes},
-        }
-
-
-def write_examples(run: EvalRun, out_dir: Path) -> list[Path]:
-    """eval_<task>_examples.jsonl per task and eval_layers.jsonl (per layer, per candidate) under out_dir."""
-    from precisionlab._atomic import atomic_write_text
-    from precisionlab.results import jsonable
-
-    paths = []
-    for task in run.tasks:
-        lines = [json.dumps(jsonable(r), allow_nan=False) for r in example_records(run, task)]
-        paths.append(atomic_write_text(out_dir / f"eval_{task.name}_examples.jsonl", "\n".join(lines) + "\n"))
-    layer_lines = [json.dumps(jsonable({"candidate": c.label, **layer}), allow_nan=False)
-                   for c in run.candidates for layer in c.layers]
-    if layer_lines:
-        paths.append(atomic_write_text(out_dir / "eval_layers.jsonl", "\n".join(layer_lines) + "\n"))
-    return paths

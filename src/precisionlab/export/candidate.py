@@ -30,9 +30,14 @@ def result_label(path: str | Path, step: int | None = None) -> str:
 
 
 def result_candidate(path: str | Path, step: int | None = None, label: str | None = None) -> Any:
-    """An eval Candidate that installs the saved result at `path` (ValueError, one line, when it is not one)."""
+    """An eval Candidate that installs the saved result at `path` (ValueError, one line, when it is not one); it
+    rebuilds itself from the file in an evaluation's worker process (eval.workers)."""
+    import dataclasses
+
     recipe = read_result(path, step)
-    return recipe_candidate(recipe, label or result_label(path, step))
+    label = label or result_label(path, step)
+    rebuild = (result_candidate, (str(Path(path).expanduser().resolve()), step, label))
+    return dataclasses.replace(recipe_candidate(recipe, label), rebuild=rebuild)
 
 
 def recipe_candidate(recipe: Recipe, label: str) -> Any:

@@ -9,12 +9,14 @@
 threads and returns a list in order.)
 
 func must be a module-level function (it is sent to other processes by reference) and each task a
-tuple of its arguments. The returned `TaskStream` yields results as tasks finish (completion order;
+tuple of its arguments. `shared` (a tuple) holds leading arguments common to every task, sent to
+each worker once instead of with every task: func(*shared, *task) (the pool: its initializer;
+Dask: scattered to every worker). The returned `TaskStream` yields results as tasks finish (completion order;
 serially, task order). The pool keeps at most two tasks per worker in flight, so stopping early
 (Ctrl-C) does not leave the whole queue running; its workers ignore SIGINT, so Ctrl-C reaches the
 parent alone. After an interrupt, `stream.finished()` gives the results of the tasks that had
 completed but were not yet taken, and `stream.close()` cancels the rest (the caller keeps what
-finished). A worker that dies (killed for memory, say) is a RuntimeError. Dask is imported only for
+finished). A worker that dies (killed for memory, say) is a WorkerDied (a RuntimeError). Dask is imported only for
 a scheduler; its absence is a ValueError that names what to install, an unreachable scheduler an
 OSError that names it.
 """
@@ -32,6 +34,15 @@ START_METHOD = "spawn"
 
 CONNECT_TIMEOUT_S = 20
 """Seconds to wait for a Dask scheduler before giving up."""
+
+
+class WorkerDied(RuntimeError):
+    """A worker process died (killed for memory, say): a pool's, or a Dask task's every worker (KilledWorker);
+    `reason` is what the pool or Dask said."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"a worker process died ({reason}); finished results are kept, run again to resume")
+        self.reason = reason
 
 
 def connect_scheduler(address: str, timeout: float | None = None) -> Any:
@@ -52,8 +63,9 @@ def connect_scheduler(address: str, timeout: float | None = None) -> Any:
 
 def distribute_tasks(func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], workers: int = 1,
                      scheduler: str | None = None, connect_timeout: float | None = None,
-                     cleanup: Callable[[], Any] | None = None, client: Any = None) -> TaskStream:
-    """func(*task) for each task, yielded as each finishes (see the module doc).
+                     cleanup: Callable[[], Any] | None = None, client: Any = None,
+                     shared: tuple[Any, ...] = ()) -> TaskStream:
+    """func(*shared, *task) for each task, yielded as each finishes (see the module doc).
 
     cleanup (a module-level function) runs on every Dask worker at the end, to let go of what the
     tasks cached there (Dask workers outlive the run; pool workers end with it). A client given is
@@ -68,10 +80,10 @@ def distribute_tasks(func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]],
         owned = client is None
         if owned:
             client = connect_scheduler(str(scheduler), connect_timeout)
-        return _DaskStream(func, tasks, client, cleanup, owned)
+        return _DaskStream(func, tasks, client, cleanup, owned, shared)
     if workers == 1:
-        return TaskStream(func(*task) for task in tasks)
-    return _PoolStream(func, tasks, workers)
+        return TaskStream(func(*shared, *task) for task in tasks)
+    return _PoolStream(func, tasks, workers, shared)
 
 
 class TaskStream(Iterator[Any]):
@@ -101,17 +113,34 @@ class TaskStream(Iterator[Any]):
         self.close()
 
 
-def _ignore_sigint() -> None:
+_SHARED: tuple[Any, ...] = ()
+"""In a pool worker: the `shared` arguments its initializer received."""
+
+
+def _start_worker(shared: tuple[Any, ...]) -> None:
+    global _SHARED
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _SHARED = shared
+
+
+def _with_shared(func: Callable[..., Any], *task: Any) -> Any:
+    """func(*shared, *task) in a pool worker."""
+    return func(*_SHARED, *task)
+
+
+def _with_scattered(func: Callable[..., Any], shared: list[Any], *task: Any) -> Any:
+    """func(*shared, *task) on a Dask worker (shared: the scattered arguments, resolved by Dask)."""
+    return func(*shared, *task)
 
 
 class _PoolStream(TaskStream):
-    def __init__(self, func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], workers: int) -> None:
+    def __init__(self, func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], workers: int,
+                 shared: tuple[Any, ...] = ()) -> None:
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context(START_METHOD)
         self._pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context,
-                                         initializer=_ignore_sigint)
+                                         initializer=_start_worker, initargs=(shared,))
         self._func = func
         self._pending = iter(tasks)
         self._window = 2 * workers
@@ -121,7 +150,7 @@ class _PoolStream(TaskStream):
 
     def _submit(self) -> None:
         for task in self._pending:
-            self._running.add(self._pool.submit(self._func, *task))
+            self._running.add(self._pool.submit(_with_shared, self._func, *task))
             if len(self._running) >= self._window:
                 return
 
@@ -141,8 +170,7 @@ class _PoolStream(TaskStream):
                 self._submit()
         except BrokenProcessPool as exc:
             self.close()
-            raise RuntimeError(f"a worker process died ({exc}); finished results are kept, run again to resume") \
-                from None
+            raise WorkerDied(str(exc)) from None
         self._pool.shutdown(wait=True)
 
     def finished(self) -> list[Any]:
@@ -168,21 +196,30 @@ class _PoolStream(TaskStream):
 
 class _DaskStream(TaskStream):
     def __init__(self, func: Callable[..., Any], tasks: Sequence[tuple[Any, ...]], client: Any,
-                 cleanup: Callable[[], Any] | None, owned: bool) -> None:
+                 cleanup: Callable[[], Any] | None, owned: bool, shared: tuple[Any, ...] = ()) -> None:
         self._client, self._cleanup, self._owned = client, cleanup, owned
         columns = [list(column) for column in zip(*tasks, strict=True)]
+        self._shared: list[Any] = []
+        if shared:  # each worker receives them once; the tasks refer to them
+            self._shared = list(client.scatter(list(shared), broadcast=True, hash=False))
+            columns = [[func] * len(tasks), [self._shared] * len(tasks), *columns]
+            func = _with_scattered
         self._futures = list(client.map(func, *columns, pure=False))
         self._taken: set[str] = set()
         self._closed = False
         super().__init__(self._run())
 
     def _run(self) -> Iterator[Any]:
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
 
         for future in as_completed(self._futures, loop=self._client.loop):
             if future.key in self._taken:
                 continue
-            result = future.result()
+            try:
+                result = future.result()
+            except KilledWorker as exc:  # the task's workers died, each time it was tried
+                self.close()
+                raise WorkerDied(f"on the Dask cluster: {exc}") from None
             self._taken.add(future.key)
             yield result
         self.close()
@@ -205,7 +242,7 @@ class _DaskStream(TaskStream):
         if self._cleanup is not None:
             with contextlib.suppress(Exception):  # a worker that left has nothing to release
                 self._client.run(self._cleanup)
-        for future in self._futures:
+        for future in [*self._futures, *self._shared]:
             with contextlib.suppress(Exception):
                 future.release()
         if self._owned:

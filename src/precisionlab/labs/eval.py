@@ -46,10 +46,13 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
         max_drop: float = 1.0, size: float = 1.0, include: Sequence[str] = (), exclude: Sequence[str] | None = None,
         seed: int = 0, cache: bool = True, cache_dir: Path | None = None, n_resamples: int = 10_000,
         dtype: str = "float32", command: str | None = None, progress: Any = None, loaded: Any = None,
-        examples_dir: Path | None = None, extra: Sequence[Any] = ()) -> LabResult:
+        examples_dir: Path | None = None, extra: Sequence[Any] = (), workers: int = 1, scheduler: str | None = None,
+        client: Any = None, threads: int | None = None) -> LabResult:
     """Evaluate `model` under each scheme on each task (see the module docstring).
 
     `extra`: prepared candidates evaluated after the schemes (a saved result: export.candidate).
+    `workers` / `scheduler` / `client`: the candidates scored on processes or a Dask cluster (eval.workers; the
+    workers load `model`); `threads`: torch threads of the whole evaluation (None: torch's current count).
 
     `loaded` (a models.LoadedModel) skips loading; `examples_dir` also receives the per-example
     JSONL files (eval_<task>_examples.jsonl) and the per-layer records (eval_layers.jsonl)."""
@@ -63,7 +66,9 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
     loaded = loaded or load_model(model, dtype=dtype)
     specs = resolve_tasks(list(tasks), loaded.kind, size=size, seed=seed)
     evaluation = runner.evaluate(loaded, candidates, specs, max_drop, include, exclude, cache=cache,
-                                 cache_dir=cache_dir, progress=progress, seed=seed, n_resamples=n_resamples)
+                                 cache_dir=cache_dir, progress=progress, seed=seed, n_resamples=n_resamples,
+                                 threads=threads, workers=workers, scheduler=scheduler, client=client,
+                                 model_spec=model)
     if examples_dir is not None:
         runner.write_examples(evaluation, examples_dir)
     params: dict[str, Scalar] = {"model": model, "schemes": ",".join(c.label for c in candidates),
@@ -71,7 +76,10 @@ def run(model: str = "smollm2-135m", schemes: Sequence[str] = DEFAULT_SCHEMES, t
                                  "size": float(size), "include": ",".join(include) or "*",
                                  "exclude": ",".join(exclude) if exclude is not None else "default (lm_head, *embed*)",
                                  "seed": seed, "n_resamples": n_resamples, "dtype": loaded.dtype,
-                                 "command": command or "", "model_fingerprint": loaded.fingerprint}
+                                 "command": command or "", "model_fingerprint": loaded.fingerprint,
+                                 "torch_threads": evaluation.settings["torch_threads"], "workers": workers,
+                                 "scheduler": scheduler or (str(client.scheduler.address) if client is not None
+                                                            else "")}
     return result_from_run(evaluation, params)
 
 
@@ -200,7 +208,7 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
             f"{threshold:g}, FAIL when it is all on the other side, INCONCLUSIVE otherwise; min detectable = the "
             f"true difference found 80 % of the time at this n; needed = examples for the interval to clear the "
             f"threshold. Reference {'read from its cache' if task.reference_cached else 'computed'} "
-            f"({task.reference_seconds:.1f} s).")
+            f"({task.reference_seconds:.1f} s{_recomputed(task)}).")
     if task.kind == "ppl":
         note += (" KL(reference || candidate) is per token over the reference's top "
                  f"{evaluation.settings['kl_top_k']} tokens plus one bucket for the rest (a lower bound of the "
@@ -227,6 +235,12 @@ def _task_table(evaluation: Any, task: Any, by_label: dict[str, Any], findings: 
                           "KL CI low": ".3g", "KL CI high": ".3g", "top-1 agree %": ".4g", "acc_norm %": ".4g",
                           "acc_norm diff pp": ".3g", "McNemar p": ".3g", "token agreement %": ".4g",
                           "cosine": ".5f", "cosine CI low": ".5f"})
+
+
+def _recomputed(task: Any) -> str:
+    """Why a cached reference of another runtime was not used (eval.reference)."""
+    reason = getattr(task, "recomputed", "")
+    return f"; recomputed: {reason}" if reason else ""
 
 
 def _reference_extras(task: Any) -> list[Scalar]:
