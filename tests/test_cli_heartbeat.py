@@ -166,3 +166,34 @@ def test_a_model_load_that_hides_stderr_still_beats(run_cli, lines, monkeypatch:
     assert len(beats) >= 5, printed  # 1.0 s of conversion at a heartbeat of 0.1 s
     assert all(line.startswith("loading model.gguf: ") for line in beats), beats
 
+
+LEAVE_SCRIPT = """
+import atexit, sys, threading, time, types
+sys.modules.setdefault("torch", types.ModuleType("torch"))  # a heavy peer "imported": main() takes leave()'s path
+atexit.register(lambda: print("atexit ran", flush=True))
+def late():
+    time.sleep(0.3)
+    print("thread finished")  # buffered: flushed by leave() before the process ends
+threading.Thread(target=late).start()
+sys.argv = ["precisionlab", *sys.argv[1:]]
+from precisionlab.cli.main import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [(["capacity", "--model", "llama3_8b", "--json"], 0),
+                                            (["capacity", "--model", "llama9"], 2)])
+def test_leaving_without_the_teardown_keeps_what_exit_does(args: list[str], code: int) -> None:
+    """After a model command the interpreter's teardown of torch and transformers took 7-19 s at load 9-12 with
+    nothing printed; main() skips it (cli.main.leave) but keeps the exit code, the threads' work, the atexit
+    handlers and every buffered line."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LEAVE_SCRIPT, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert "thread finished" in done.stdout and done.stdout.rstrip().endswith("atexit ran"), done.stdout
+    if code == 0:
+        assert '"lab": "capacity"' in done.stdout  # the command's own output, flushed
+    else:
+        assert done.stderr.startswith("error: ") and "llama9" in done.stderr, done.stderr
