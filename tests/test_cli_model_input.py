@@ -73,7 +73,7 @@ def test_a_damaged_gguf_is_one_line_and_exit_2(run_cli, damaged: dict[str, Path]
     require_peers("gguf")
     for name, path in damaged.items():
         result = run_cli(*COMMANDS[command], "--model", str(path))
-        one_line_error(result, f"{path}: not a readable GGUF file, truncated or corrupt")
+        one_line_error(result, f"{path}: not a readable GGUF file: ")
         assert name  # (each damage in turn)
 
 
@@ -81,7 +81,7 @@ def test_the_loader_refuses_a_damaged_gguf_with_a_value_error(damaged: dict[str,
     require_peers("gguf")
     from precisionlab.models import load_model
 
-    with pytest.raises(ValueError, match="not a readable GGUF file, truncated or corrupt"):
+    with pytest.raises(ValueError, match="not a readable GGUF file: truncated: 100 bytes"):
         load_model(str(damaged["first 100 bytes"]), cache=False)
 
 

@@ -74,15 +74,20 @@ def misspelt_option(exc: click.NoSuchOption) -> str:
 
 
 def bad_parameter(exc: click.BadParameter) -> str:
-    """`--size: must be a positive integer, got 0`: the option as typed, then what is wrong with it."""
+    """`--size: must be a positive integer, got 0`: the option as typed, then what is wrong with it; once, when
+    the message already begins with it (`--from out.json: not a saved result`), and without the quotes click
+    puts around a hint (`'--from'`)."""
     param = exc.param
     if isinstance(param, click.Option) and param.opts:
         name = max(param.opts, key=len)
     elif param is not None:
         name = param.human_readable_name
     else:
-        name = str(exc.param_hint or "value")
-    return f"{name}: {exc.message}"
+        name = str(exc.param_hint or "value").strip("'\"")
+    message = exc.message
+    if message.startswith((f"{name} ", f"{name}:")):
+        return message
+    return f"{name}: {message}"
 
 
 def usage_lines(ctx: click.Context) -> list[str]:

@@ -350,17 +350,12 @@ def _umask() -> int:
 def gguf_tensor_types(path: Path) -> Counter[str]:
     """How many tensors of each GGML type the file holds (read from its header with the gguf package).
 
-    ValueError naming the file when gguf cannot read it: the reader maps every tensor's bytes, so a file
-    cut short anywhere (its first 100 bytes, half of it, all but its last kilobyte) fails here."""
-    import gguf
+    ValueError naming the file and what is wrong when gguf cannot read it (interop's open_reader): the reader maps
+    every tensor's bytes, so a file cut short anywhere (its first 100 bytes, half of it, all but its last
+    kilobyte) fails here."""
+    from precisionlab.interop.readers.gguf_file import open_reader
 
-    errors: tuple[type[BaseException], ...] = (*damaged_file_errors(), TypeError, OverflowError)
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except PermissionError:
-        raise PermissionError(f"{path}: permission denied") from None
-    except errors as exc:
-        raise ValueError(f"{path}: not a readable GGUF file, truncated or corrupt ({_first_line(exc)})") from None
+    reader = open_reader(path)
     return Counter(t.tensor_type.name for t in reader.tensors)
 
 
