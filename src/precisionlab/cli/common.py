@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -182,6 +184,30 @@ def _writing(outputs: Outputs) -> Iterator[None]:
     with StepProgress(terminal=False) as progress:
         progress.start("writing the results", 0)
         yield
+
+
+def check_writable(path: Path, option: str = "--out") -> None:
+    """Refuse, before any work, a destination `path` (a file or a folder to be created or replaced) that cannot be
+    written: ValueError, one line naming the option and the path.
+
+    The folder it goes into (made when missing) must be a directory in which a file can be created. That is
+    probed by creating and removing an empty temporary file there (in the nearest existing ancestor when the
+    folder is still to be made), which catches /proc, a read-only mount and a folder without write permission
+    alike, also for root, whom permission bits do not stop."""
+    target = path.expanduser().absolute()
+    existing = target.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{option} {path}: {existing} is a file, not a folder to write into")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".precisionlab-probe-")
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise ValueError(f"{option} {path}: cannot write there: creating a file in {existing} failed ({reason})"
+                         ) from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 # ---- option values ---------------------------------------------------------------------------------
@@ -377,6 +403,7 @@ __all__ = [
     "busy",
     "busy_machine_threads",
     "busy_threads",
+    "check_writable",
     "current_outputs",
     "doing",
     "duration",
