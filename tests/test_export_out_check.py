@@ -61,8 +61,9 @@ def test_a_read_only_folder_is_refused(run_cli, tmp_path: Path) -> None:  # type
 
 def test_a_file_where_a_folder_is_expected(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "plain").write_text("x")
-    line = refused(run_cli, str(tmp_path / "plain" / "m.gguf"))
-    assert line == f"error: --out {tmp_path / 'plain' / 'm.gguf'}: {tmp_path / 'plain'} is a file, not a folder to write into"
+    out = tmp_path / "plain" / "m.gguf"
+    line = refused(run_cli, str(out))
+    assert line == f"error: --out {out}: {tmp_path / 'plain'} is a file, not a folder to write into"
 
 
 def test_a_compressed_tensors_folder_is_checked_the_same_way(run_cli) -> None:  # type: ignore[no-untyped-def]
