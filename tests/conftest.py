@@ -13,6 +13,16 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 from click.testing import CliRunner
 
 
+@pytest.fixture(autouse=True)
+def quiet_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off a terminal (the CLI runner's stderr is none) every command prints a line at least every
+    cli.progress.HEARTBEAT_S = 5 s; under the suite's load a command checked for its one-line error could print
+    such a line first. The tests of the heartbeat set the interval themselves; the others get an hour."""
+    from precisionlab.cli import progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 3600.0)
+
+
 @pytest.fixture
 def cli_runner() -> CliRunner:
     return CliRunner()

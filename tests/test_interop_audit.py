@@ -611,8 +611,10 @@ def test_progress_off_a_terminal_never_goes_silent(run_cli: Any, sharded: Path, 
     import time
 
     from precisionlab.cli import audit as audit_cli
+    from precisionlab.cli import progress
 
     monkeypatch.setattr(audit_cli, "PROGRESS_EVERY_S", 0.1)
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.1)  # the command's heartbeat prints the audit's lines
     real = audit_mod.audit_tensor
 
     def slow(tensor: Any, *args: Any) -> dict[str, Any]:

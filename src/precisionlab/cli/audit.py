@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from precisionlab.cli.common import OUTPUTS, NonEmptyPath, emit, open_outputs, positive_int
+from precisionlab.cli.progress import current_heartbeat, progress_line, reporting
 
 FAILED_ON = 3
 """Exit code of an audit that finished and found what --fail-on names (2 stays bad input, 1 a bug, 130 Ctrl-C)."""
@@ -181,8 +182,8 @@ def _progress(plan: Any) -> Iterator[Callable[[dict[str, Any]], None]]:
             left[source] -= 1
             if left[source] == 0:
                 state["files"] += 1
-                click.echo(f"audited {source} ({state['files']}/{files} files, {state['tensors']}/{len(todo)} "
-                           "tensors)", err=True)
+                progress_line(f"audited {source} ({state['files']}/{files} files, {state['tensors']}/{len(todo)} "
+                              "tensors)")
 
     with _heartbeat(lambda: _status(state, len(todo), sum(sizes.values())), lock):
         yield line
@@ -217,9 +218,13 @@ def _phase(what: str) -> Iterator[None]:
 def _heartbeat(status: Callable[[], Callable[[float], str]], lock: threading.Lock) -> Iterator[None]:
     """Print status(elapsed) on stderr every PROGRESS_EVERY_S seconds until the block ends. The thread only
     prints (the audit's work runs where it always does), so a long tensor or a long task is never silent."""
-    stop = threading.Event()
     start = time.perf_counter()
     text = status()
+    if current_heartbeat() is not None:  # the command's heartbeat prints the line, on its clock (cli.progress)
+        with reporting(lambda now: text(now - start)):
+            yield
+        return
+    stop = threading.Event()
 
     def beat() -> None:
         while not stop.wait(PROGRESS_EVERY_S):

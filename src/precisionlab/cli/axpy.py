@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import emit, lab_output_options, positive_int
+from precisionlab.cli.common import activity, emit, lab_output_options, positive_int
 
 
 @click.command("axpy")
@@ -21,4 +21,5 @@ def COMMAND(backend: str, n: int, time_budget: float, as_json: bool, out_dir: Pa
     """Bandwidth: narrower storage moves fewer bytes; a memory-bound kernel speeds up by the byte ratio."""
     from precisionlab.labs import axpy
 
-    emit(axpy.run(n=n, time_budget=time_budget, backend=backend), as_json, out_dir)
+    activity("loading the array libraries")
+    emit(axpy.run(n=n, time_budget=time_budget, backend=backend, progress=activity), as_json, out_dir)

@@ -9,7 +9,8 @@ A new command gets them all by using `lab_output_options` and `emit` (see docs/c
   so an error or Ctrl-C leaves nothing half-written.
 - `progress(...)` draws a transient bar on a terminal and, when stderr is not a terminal (CI logs,
   pipes), one line per finished step with the time so far. The model commands use `StepProgress`
-  (cli.progress, re-exported here), which also prints a line at least every 5 s off a terminal.
+  (cli.progress, re-exported here). Off a terminal every command runs under a heartbeat (cli.progress
+  Heartbeat, started by cli.main): a line at least every 5 s naming what it does (`doing`, `activity`).
 - Numbers typed by the user go through `parse_real` (which refuses what float64 would silently turn
   into inf or 0); rounding modes and overflow policies through `rounding_option` / `overflow_option`
   (every accepted spelling listed in the help, the canonical name handed on).
@@ -21,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,11 +36,14 @@ import click
 from precisionlab.cli.progress import (
     HEARTBEAT_S,
     StepProgress,
+    activity,
     busy_machine_threads,
     busy_threads,
+    doing,
     duration,
     progress_line,
     set_torch_threads,
+    stderr_is_terminal,
 )
 from precisionlab.results import LabResult
 
@@ -180,6 +186,30 @@ def _writing(outputs: Outputs) -> Iterator[None]:
         yield
 
 
+def check_writable(path: Path, option: str = "--out") -> None:
+    """Refuse, before any work, a destination `path` (a file or a folder to be created or replaced) that cannot be
+    written: ValueError, one line naming the option and the path.
+
+    The folder it goes into (made when missing) must be a directory in which a file can be created. That is
+    probed by creating and removing an empty temporary file there (in the nearest existing ancestor when the
+    folder is still to be made), which catches /proc, a read-only mount and a folder without write permission
+    alike, also for root, whom permission bits do not stop."""
+    target = path.expanduser().absolute()
+    existing = target.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{option} {path}: {existing} is a file, not a folder to write into")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".precisionlab-probe-")
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise ValueError(f"{option} {path}: cannot write there: creating a file in {existing} failed ({reason})"
+                         ) from None
+    os.close(handle)
+    os.unlink(probe)
+
+
 # ---- option values ---------------------------------------------------------------------------------
 
 
@@ -290,12 +320,6 @@ def parse_real(text: str, what: str, allow_infinity: bool = True) -> float:
 # ---- progress ----------------------------------------------------------------------------------------
 
 
-def stderr_is_terminal() -> bool:
-    from rich.console import Console
-
-    return Console(stderr=True).is_terminal
-
-
 class StepLog:
     """Progress off a terminal: `description: text (done/total) [t s]` lines on stderr, so a long run is
     visibly alive in a CI log. Nothing in the first QUIET_S seconds (a quick command prints only its
@@ -310,6 +334,7 @@ class StepLog:
         self.printed = -math.inf
 
     def __call__(self, text: str, advance: int = 1) -> None:
+        activity(f"{self.description}: {text}")  # what the command's heartbeat names until the next step
         if not advance:
             return
         self.done += advance
@@ -329,7 +354,8 @@ def progress(total: int, description: str) -> Iterator[Callable[..., None]]:
     On a terminal: a transient rich bar. Off a terminal (CI logs, pipes): see StepLog (lines only
     once the work has taken QUIET_S seconds, so a quick command prints nothing but its result)."""
     if not stderr_is_terminal():
-        yield StepLog(description, total)
+        with doing(description):
+            yield StepLog(description, total)
         return
     from rich.console import Console
     from rich.progress import Progress
@@ -353,7 +379,8 @@ def busy(message: str) -> Iterator[None]:
     if it took QUIET_S seconds or more."""
     start = time.perf_counter()
     if not stderr_is_terminal():
-        yield
+        with doing(message):  # the command's heartbeat names it while it runs
+            yield
         if time.perf_counter() - start >= QUIET_S:
             progress_line(f"{message}: done [{time.perf_counter() - start:.1f} s]")
         return
@@ -372,10 +399,13 @@ __all__ = [
     "Outputs",
     "StepLog",
     "StepProgress",
+    "activity",
     "busy",
     "busy_machine_threads",
     "busy_threads",
+    "check_writable",
     "current_outputs",
+    "doing",
     "duration",
     "emit",
     "lab_output_options",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, set_torch_threads, split_commas
+from precisionlab.cli.common import NonEmptyPath, check_writable, set_torch_threads, split_commas
 from precisionlab.results import Scalar
 
 
@@ -49,13 +49,15 @@ def COMMAND(model: str, scheme: str | None, from_path: Path | None, step: int | 
             include: tuple[str, ...], exclude: tuple[str, ...], float_dtype: str, tokenizer_pre: str | None,
             force: bool, no_verify: bool, threads: int | None, as_json: bool) -> None:
     """Export the evaluated weights (a scheme or a saved result) and read them back."""
+    if (scheme is None) == (from_path is None):
+        raise ValueError("give --scheme or --from (one of them)")
+    check_writable(out)  # before anything is read or loaded: an unwritable --out costs nothing
+
     from precisionlab.cli.eval import StepProgress
     from precisionlab.cli.ptq import load_causal_lm
     from precisionlab.export import Recipe, export_model, precheck, read_result
     from precisionlab.quant import parse_scheme
 
-    if (scheme is None) == (from_path is None):
-        raise ValueError("give --scheme or --from (one of them)")
     if from_path is not None and (include or exclude):
         raise ValueError("--include / --exclude apply to --scheme; a saved result says which layers it quantized")
     if step is not None and from_path is None:

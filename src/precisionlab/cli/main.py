@@ -8,11 +8,15 @@ the ones added later, gets this handling from FriendlyGroup (see docs/cli.md).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import difflib
 import importlib
 import os
 import pkgutil
 import sys
+import threading
+import time
 import traceback
 from typing import Any
 
@@ -20,6 +24,7 @@ import click
 
 from precisionlab import __version__
 from precisionlab.cli.common import ARGV
+from precisionlab.cli.progress import heartbeat
 from precisionlab.peers import install_hint
 
 _NOT_COMMANDS = {"main", "common", "progress"}
@@ -69,15 +74,20 @@ def misspelt_option(exc: click.NoSuchOption) -> str:
 
 
 def bad_parameter(exc: click.BadParameter) -> str:
-    """`--size: must be a positive integer, got 0`: the option as typed, then what is wrong with it."""
+    """`--size: must be a positive integer, got 0`: the option as typed, then what is wrong with it; once, when
+    the message already begins with it (`--from out.json: not a saved result`), and without the quotes click
+    puts around a hint (`'--from'`)."""
     param = exc.param
     if isinstance(param, click.Option) and param.opts:
         name = max(param.opts, key=len)
     elif param is not None:
         name = param.human_readable_name
     else:
-        name = str(exc.param_hint or "value")
-    return f"{name}: {exc.message}"
+        name = str(exc.param_hint or "value").strip("'\"")
+    message = exc.message
+    if message.startswith((f"{name} ", f"{name}:")):
+        return message
+    return f"{name}: {message}"
 
 
 def usage_lines(ctx: click.Context) -> list[str]:
@@ -89,6 +99,18 @@ def usage_lines(ctx: click.Context) -> list[str]:
     return lines
 
 
+def command_name(ctx: click.Context) -> str:
+    """The command being run (`axpy`, `quant demo`), for the heartbeat's lines; `precisionlab` before one."""
+    typed = ctx.meta.get(ARGV)
+    words = [word for word in (typed if isinstance(typed, list) else []) if not word.startswith("-")]
+    if not words:
+        return "precisionlab"
+    command = ctx.command.get_command(ctx, words[0]) if isinstance(ctx.command, click.Group) else None
+    if isinstance(command, click.Group) and len(words) > 1 and words[1] in command.list_commands(ctx):
+        return f"{words[0]} {words[1]}"
+    return words[0]
+
+
 def debug_enabled(ctx: click.Context) -> bool:
     flag = bool(ctx.find_root().params.get("debug"))
     return flag or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
@@ -97,7 +119,8 @@ def debug_enabled(ctx: click.Context) -> bool:
 class FriendlyGroup(click.Group):
     """A group whose commands report user errors as one line and exit 2, and internal errors
     (anything else: TypeError, KeyError, AttributeError, ...) as a bug report and exit 1;
-    --debug (or PRECISIONLAB_DEBUG=1) prints the traceback of either."""
+    --debug (or PRECISIONLAB_DEBUG=1) prints the traceback of either. Off a terminal each command runs under
+    its heartbeat (cli.progress.Heartbeat): never silent for longer than HEARTBEAT_S on stderr."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -119,7 +142,9 @@ class FriendlyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            began = _PROCESS_START.pop() if _PROCESS_START else None
+            with heartbeat(command_name(ctx), began=began):  # off a terminal: a line at least every HEARTBEAT_S s
+                return super().invoke(ctx)
         except click.exceptions.NoArgsIsHelpError as exc:
             # a group called without its subcommand: its usage and subcommands, not the whole help
             for line in usage_lines(exc.ctx or ctx):
@@ -207,8 +232,58 @@ def cli(debug: bool) -> None:
 _discover(cli)
 
 
+_PROCESS_START: list[float] = []
+"""Set by main(): when the process started (time.perf_counter's clock), so the heartbeat's first line counts the
+interpreter's start and the imports (3 s under load) as silence too."""
+
+
+def process_age() -> float:
+    """Seconds since this process started: /proc/self/stat's start time against /proc/uptime (Linux); 0 elsewhere."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat, the 20th after the name
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+    return max(0.0, uptime - started)
+
+
 def main() -> None:
-    cli(prog_name="precisionlab")
+    _PROCESS_START.append(time.perf_counter() - process_age())
+    try:
+        cli(prog_name="precisionlab")
+    except SystemExit as exc:
+        leave(exc.code)
+    leave(0)  # (click exits itself: a command that returns is code 0)
+
+
+HEAVY_PEERS = ("torch", "transformers")
+"""Peers whose teardown at interpreter exit is slow: after a model command, 7-19 s between the last line and the
+end of the process at a load average of 10-12 (measured, docs/cli.md), with nothing printed."""
+
+
+def leave(code: str | int | None) -> None:
+    """End the process with `code` (SystemExit's: None, an int, or a message). When a heavy peer was imported, do
+    what the interpreter does at exit (join the threads and stop the thread pools, run the atexit handlers, flush
+    stdout and stderr) and then skip its teardown of the modules (os._exit), which only frees memory the system
+    takes back at once; otherwise exit as usual."""
+    if not any(name in sys.modules for name in HEAVY_PEERS):
+        sys.exit(code)
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's first exit step: threads, pools
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away (`| head`), a closed stream
+            stream.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import click
 
-from precisionlab.cli.common import NonEmptyPath, progress, provenance, stderr_is_terminal
+from precisionlab.cli.common import (
+    NonEmptyPath,
+    activity,
+    doing,
+    progress,
+    progress_line,
+    provenance,
+    stderr_is_terminal,
+)
 from precisionlab.labs import all_labs, select_labs
 
 
@@ -39,7 +47,8 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
             include: tuple[Path, ...]) -> None:
     """Run every lab at its default size and write one report.
 
-    Off a terminal (CI logs, pipes) one line per finished lab, with its time, goes to stderr.
+    Off a terminal (CI logs, pipes) one line per finished lab, with its time, goes to stderr, and a line at
+    least every 5 s while a lab runs.
     """
     from precisionlab.report.folders import files_folder, report_folder
     from precisionlab.report.outputs import write_csv_files, write_report_files
@@ -60,20 +69,22 @@ def COMMAND(out_dir: Path, quick: bool, only: str | None, csv_dir: Path | None, 
         with progress(len(labs), "labs") as step:
             for number, lab in enumerate(labs, 1):
                 step(f"running {lab.name}", advance=0)
+                activity(f"running the {lab.name} lab ({number}/{len(labs)})")  # what the heartbeat names
                 start = time.perf_counter()
                 results.append(lab.run(**(lab.quick if quick else {})))
                 timings.append(time.perf_counter() - start)
                 if logged:
-                    click.echo(f"ran {lab.name} in {timings[-1]:.1f} s ({number}/{len(labs)})", err=True)
+                    progress_line(f"ran {lab.name} in {timings[-1]:.1f} s ({number}/{len(labs)})")
                 else:
                     step(f"ran {lab.name}")
         start = time.perf_counter()
-        write_report_files(results, stage, record, svg, included)
-        reported = [*results, *(saved.result for saved in included)]
-        if csv_stage is not None:
-            write_csv_files(reported, csv_stage)
+        with doing(f"writing the report ({len(results) + len(included)} results, their figures)"):
+            write_report_files(results, stage, record, svg, included)
+            reported = [*results, *(saved.result for saved in included)]
+            if csv_stage is not None:
+                write_csv_files(reported, csv_stage)
         if logged:
-            click.echo(f"wrote the report in {time.perf_counter() - start:.1f} s", err=True)
+            progress_line(f"wrote the report in {time.perf_counter() - start:.1f} s")
     tails = [f"{seconds:6.2f} s" for seconds in timings] + [
         f"included from {saved.path}" + (" (in place of running it)" if saved.result.name in in_place else "")
         for saved in included]

@@ -14,6 +14,8 @@ findings key part.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +32,17 @@ def result_label(path: str | Path, step: int | None = None) -> str:
 
 
 def result_candidate(path: str | Path, step: int | None = None, label: str | None = None) -> Any:
-    """An eval Candidate that installs the saved result at `path` (ValueError, one line, when it is not one); it
+    """An eval Candidate that installs the saved result at `path`: FileNotFoundError when there is no such file (the
+    CLI's `error: no such file: PATH`), ValueError (one line, naming the file) when it is not a saved result. It
     rebuilds itself from the file in an evaluation's worker process (eval.workers)."""
     import dataclasses
 
+    where = Path(path).expanduser()
+    if not where.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+    if where.is_dir():
+        raise ValueError(f"--from {path}: a directory; give the saved result inside it (ptq.json, ladder.json, "
+                         "recipe.json or a ptq --save .safetensors file)")
     recipe = read_result(path, step)
     label = label or result_label(path, step)
     rebuild = (result_candidate, (str(Path(path).expanduser().resolve()), step, label))

@@ -128,10 +128,12 @@ def _source_hparams(spec: str) -> dict[str, Any] | None:
 
 def _gguf_hparams(path: Path) -> dict[str, Any] | None:
     try:
-        import gguf
+        import gguf  # noqa: F401 (without it, the widths are checked once the model is loaded)
     except ImportError:
         return None
-    reader = gguf.GGUFReader(str(path))
+    from precisionlab.interop.readers.gguf_file import open_reader
+
+    reader = open_reader(path)  # a damaged file: one line naming it
     fields = reader.fields
     arch_field = fields.get("general.architecture")
     if arch_field is None:

@@ -13,6 +13,7 @@ the findings `axpy.<precision>.software` say so, and the torch rows are listed a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from precisionlab.gemm.timing import ELEMENT_BYTES, Timing, axpy_timing, copy_bandwidth, torch_available
 from precisionlab.labs import Lab
@@ -33,8 +34,13 @@ MAX_N = 1 << 28
 """Largest vector length: three float32 vectors of 2^28 elements already take 3 GiB."""
 
 
-def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> LabResult:
-    """Time axpy per precision and the copy ceiling (CPU: fastest of numpy and torch; GPU: Triton and torch)."""
+def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu",
+        progress: Callable[[str], None] | None = None) -> LabResult:
+    """Time axpy per precision and the copy ceiling (CPU: fastest of numpy and torch; GPU: Triton and torch).
+
+    progress (optional) is called with what is timed next ("the copy ceiling", "the fp16 axpy"): each timing
+    allocates its vectors and warms up first, a few seconds under load."""
+    step = progress or (lambda text: None)
     if not 0 < n <= MAX_N:
         raise ValueError(f"n must be a positive integer up to {MAX_N} (2^28), got {n}")
     if not (math.isfinite(time_budget) and time_budget > 0):
@@ -43,8 +49,12 @@ def run(n: int = DEFAULT_N, time_budget: float = 0.3, backend: str = "cpu") -> L
         return run_gpu(n)
     if backend != "cpu":
         raise ValueError(f"backend must be 'cpu' or 'gpu', got {backend!r}")
+    step(f"timing the copy ceiling ({n} elements)")
     copy = copy_bandwidth(n, time_budget)
-    timings = [axpy_timing(p, n, time_budget) for p in PRECISIONS]
+    timings = []
+    for precision in PRECISIONS:
+        step(f"timing the {precision} axpy ({n} elements)")
+        timings.append(axpy_timing(precision, n, time_budget))
     result = assemble(timings, copy.gbps, f"CPU ({copy.name} ceiling)", {"n": n, "backend": backend})
     if not torch_available():
         result.skip("torch_axpy", "torch axpy rows (the native 16-bit CPU path)", missing_reason("torch"),

@@ -161,7 +161,9 @@ def load_model(spec: str, dtype: str = "float32", cache: bool = True,
                progress: Callable[[str], None] | None = None) -> LoadedModel:
     """Load a model (see the module docstring); dtype float32 (default), bfloat16 or float16.
 
-    progress (optional) is called with a line before a slow step (converting a GGUF file)."""
+    progress (optional) is called with a line before each slow step: converting a GGUF file (20-130 s), reading
+    its cached conversion (seconds, a minute under load). The CLI prints it and, off a terminal, keeps a line
+    coming at least every 5 s while the step runs (cli.progress)."""
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose float32, bfloat16 or float16")
     dtype = DTYPES[dtype]
@@ -274,6 +276,8 @@ def _load_gguf(source: ModelSource, dtype: str, use_cache: bool,
     meta = _read_json(meta_path) if use_cache and (cached / "config.json").is_file() else None
     from_cache = isinstance(meta, dict) and meta.get("format") == CACHE_FORMAT
     if from_cache:
+        if progress is not None:
+            progress(f"reading the float32 conversion of {path.name} from the cache ({cached})")
         try:
             model = transformers.AutoModelForCausalLM.from_pretrained(cached, dtype=_torch_dtype("float32"))
             tokenizer = transformers.AutoTokenizer.from_pretrained(cached)
@@ -329,17 +333,12 @@ def _save_converted(model: Any, tokenizer: Any, target: Path, meta: dict[str, An
 def gguf_tensor_types(path: Path) -> Counter[str]:
     """How many tensors of each GGML type the file holds (read from its header with the gguf package).
 
-    ValueError naming the file when gguf cannot read it: the reader maps every tensor's bytes, so a file
-    cut short anywhere (its first 100 bytes, half of it, all but its last kilobyte) fails here."""
-    import gguf
+    ValueError naming the file and what is wrong when gguf cannot read it (interop's open_reader): the reader maps
+    every tensor's bytes, so a file cut short anywhere (its first 100 bytes, half of it, all but its last
+    kilobyte) fails here."""
+    from precisionlab.interop.readers.gguf_file import open_reader
 
-    errors: tuple[type[BaseException], ...] = (*damaged_file_errors(), TypeError, OverflowError)
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except PermissionError:
-        raise PermissionError(f"{path}: permission denied") from None
-    except errors as exc:
-        raise ValueError(f"{path}: not a readable GGUF file, truncated or corrupt ({_first_line(exc)})") from None
+    reader = open_reader(path)
     return Counter(t.tensor_type.name for t in reader.tensors)
 
 

@@ -16,6 +16,7 @@ Other GGML types (Q2_K, Q3_K, Q5_K, the IQ and TQ families, MXFP4) are kept with
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,60 @@ def _gguf() -> Any:
     return gguf
 
 
+HEADER = struct.Struct("<4sIQQ")
+"""A GGUF file's first 24 bytes: the magic, the version, the tensor count and the metadata entry count."""
+SMALLEST_ENTRY = 8 + 4 + 1
+"""Bytes of the smallest metadata entry: the key's length (u64, the key may be empty), the value type, a u8."""
+SMALLEST_TENSOR = 8 + 4 + 8 + 4 + 8
+"""Bytes of the smallest tensor description: name length, dimension count, one dimension, type, offset."""
+READ_ERRORS = (ValueError, IndexError, KeyError, TypeError, OverflowError, UnicodeDecodeError, struct.error, EOFError,
+               RuntimeError, OSError)
+"""What gguf's reader raises on a damaged file (numpy's reshape and view, struct, mmap: their own wording)."""
+
+
+def open_reader(path: str | Path) -> Any:
+    """gguf's GGUFReader over `path`. A missing or unreadable file is FileNotFoundError / PermissionError; a file gguf
+    cannot read is one ValueError naming it and what is wrong (`damage`), never numpy's or mmap's own wording (the
+    original error stays chained, for --debug)."""
+    gguf = _gguf()
+    where = Path(path)
+    try:
+        return gguf.GGUFReader(where)
+    except (FileNotFoundError, IsADirectoryError):
+        raise
+    except PermissionError:
+        raise PermissionError(f"{where}: permission denied") from None
+    except READ_ERRORS as exc:
+        raise ValueError(f"{where}: not a readable GGUF file: {damage(where)}") from exc
+
+
+def damage(path: Path) -> str:
+    """What is wrong with a GGUF file that gguf's reader could not read, told from its size and its 24-byte header:
+    not GGUF at all, truncated (fewer bytes than its header's counts need at the least), or damaged past that."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(HEADER.size)
+    except OSError as exc:
+        return f"not readable ({exc.strerror or exc})"
+    if not size:
+        return "the file is empty"
+    if head[:4] != GGUF_MAGIC:
+        return "it does not begin with the 4 bytes 'GGUF' (not a GGUF file at all)"
+    if len(head) < HEADER.size:
+        return f"truncated: {size} bytes, fewer than the {HEADER.size} of its header"
+    _, version, tensors, entries = HEADER.unpack(head)
+    if version > 0xFFFF:  # a big-endian file
+        _, version, tensors, entries = struct.unpack(">4sIQQ", head)
+    if version not in (1, 2, 3):
+        return f"GGUF version {version}, not one the gguf reader knows (1-3): damaged, or from a newer writer"
+    least = HEADER.size + entries * SMALLEST_ENTRY + tensors * SMALLEST_TENSOR
+    counts = f"its header announces {tensors} tensors and {entries} metadata entries"
+    if size < least:
+        return f"truncated: {size:,} bytes, while {counts}, which take at least {least:,}"
+    return f"truncated or corrupt: {size:,} bytes; {counts}, and they cannot all be read from it"
+
+
 def _metadata(reader: Any) -> dict[str, Any]:
     gguf = _gguf()
     out: dict[str, Any] = {"format": "gguf"}
@@ -67,15 +122,9 @@ def _metadata(reader: Any) -> dict[str, Any]:
 
 
 def read_gguf(path: Path) -> Checkpoint:
-    """Index every tensor of a GGUF file; ValueError naming the file when it is not readable GGUF."""
-    gguf = _gguf()
-    try:
-        size = path.stat().st_size
-        reader = gguf.GGUFReader(path)
-    except PermissionError:
-        raise PermissionError(f"{path}: permission denied") from None
-    except (ValueError, IndexError, KeyError, TypeError, OverflowError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable GGUF file, truncated or corrupt ({exc})") from None
+    """Index every tensor of a GGUF file; ValueError naming the file when it is not readable GGUF (open_reader)."""
+    size = path.stat().st_size
+    reader = open_reader(path)
     if reader.byte_order == "S":
         raise ValueError(f"{path}: a byte-swapped (big-endian) GGUF file; this reader handles little-endian files")
     notes: list[str] = []
