@@ -1,0 +1,57 @@
+"""The tokenizer of a runtime evaluation: one Hugging Face tokenizer turns every task's texts into the token ids
+that the reference and every candidate score, so all of them see the same tokens.
+
+    lm = tokenizer_lm("ref.gguf")          a packaged name, a Hugging Face directory or a .gguf file (its
+                                           tokenizer as transformers reads it from the GGUF metadata)
+    lm.encode(text), lm.prefix_id          as eval.scoring.CausalLM (no model: only the tokenizer is loaded)
+    decode(lm)(ids), prefix_text(lm)       the text a server is sent for token ids
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from precisionlab import peers
+from precisionlab.eval import scoring
+from precisionlab.eval.runtime.scorers import DEFAULT_CTX
+
+
+def load_tokenizer(spec: str) -> tuple[Any, str]:
+    """(tokenizer, where it came from) for a model spec (models.loading.resolve); ValueError in one line."""
+    from precisionlab.models.loading import damaged_file_errors, resolve
+
+    source = resolve(spec)
+    transformers = peers.transformers()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # transformers' own progress bars stay off our output
+            if source.form == "gguf":
+                path = Path(source.location)
+                tokenizer = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            else:
+                tokenizer = transformers.AutoTokenizer.from_pretrained(source.location)
+    except damaged_file_errors() as exc:
+        raise ValueError(f"cannot read a tokenizer from {source.location}: {str(exc).splitlines()[0]}") from None
+    return tokenizer, str(source.location)
+
+
+def tokenizer_lm(spec: str, max_length: int = DEFAULT_CTX) -> scoring.CausalLM:
+    """A CausalLM that holds only the tokenizer of `spec` (for scoring.ppl_sequences and encode_pair)."""
+    tokenizer, _ = load_tokenizer(spec)
+    return scoring.CausalLM(None, tokenizer, max_length)
+
+
+def decode(lm: scoring.CausalLM) -> Callable[[list[int]], str]:
+    """Token ids -> their text, special tokens kept and no clean-up of spaces (so the text tokenizes back)."""
+    def text(ids: list[int]) -> str:
+        return str(lm.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+    return text
+
+
+def prefix_text(lm: scoring.CausalLM) -> str:
+    """The prefix token's text (a special token's own spelling, e.g. <|endoftext|>)."""
+    return str(lm.tokenizer.convert_ids_to_tokens(lm.prefix_id))
