@@ -10,6 +10,8 @@ otherwise: n_batch 512, KV cache F16, as its server runs), evaluates each sequen
 each row of llama.cpp's float32 logits into log-probabilities with llama-cpp-python's own
 `Llama.logits_to_logprobs` (a float32 log-softmax): the function its server's `echo` + `logprobs` replies use,
 so the two give the same numbers. float32's rounding there is about 1e-6 at a log-probability of -20.
+`kv="f32"` keeps the KV cache in F32 (flash attention off), as benchmarks/bench_llamacpp.py scores, to compare
+with precisionlab's emulation without the cache's F16 rounding.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import numpy as np
 Advance = Callable[[int], None]
 LLAMACPP_INSTALL = ("CMAKE_ARGS=... pip install 'llama-cpp-python[server]==0.3.36' (docs/export.md says which "
                     "build options work)")
+KV_TYPES = {"f32": 0, "f16": 1}
+"""GGML type ids of the KV cache (`kv=`; None keeps llama.cpp's default, F16, as its server runs)."""
 DEFAULT_CTX = 2048
 """llama.cpp's context for the in-process scorer (llama-cpp-python's server default; longer sequences widen it)."""
 
@@ -62,7 +66,7 @@ class LlamaCppScorer:
     """A GGUF file scored in llama.cpp itself (llama-cpp-python), loaded on first use and kept until close()."""
 
     def __init__(self, path: str | Path, label: str | None = None, threads: int | None = None,
-                 n_ctx: int = DEFAULT_CTX) -> None:
+                 n_ctx: int = DEFAULT_CTX, kv: str | None = None) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise ValueError(f"no such GGUF file: {self.path}")
@@ -73,6 +77,9 @@ class LlamaCppScorer:
         self.threads = threads or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                       else (os.cpu_count() or 1))
         self.n_ctx = n_ctx
+        if kv not in (None, *KV_TYPES):
+            raise ValueError(f"kv {kv!r}: choose {' or '.join(KV_TYPES)} (None: llama.cpp's default, F16)")
+        self.kv = kv
         self._llm: Any = None
 
     def _model(self, longest: int) -> Any:
@@ -81,9 +88,11 @@ class LlamaCppScorer:
         self.close()
         module = llama_cpp()
         self.n_ctx = max(self.n_ctx, longest)
+        cache = {} if self.kv is None else {"type_k": KV_TYPES[self.kv], "type_v": KV_TYPES[self.kv],
+                                            "flash_attn": False}
         try:
             self._llm = module.Llama(model_path=str(self.path), n_ctx=self.n_ctx, logits_all=True,
-                                     n_threads=self.threads, n_threads_batch=self.threads, verbose=False)
+                                     n_threads=self.threads, n_threads_batch=self.threads, verbose=False, **cache)
         except ValueError as exc:  # llama-cpp-python's "Failed to load model from file"
             raise ValueError(f"llama.cpp cannot load {self.path}: {exc}") from None
         return self._llm

@@ -2,7 +2,8 @@
 that the reference and every candidate score, so all of them see the same tokens.
 
     lm = tokenizer_lm("ref.gguf")          a packaged name, a Hugging Face directory or a .gguf file (its
-                                           tokenizer as transformers reads it from the GGUF metadata)
+                                           tokenizer as transformers reads it from the GGUF metadata), with
+                                           the model's context (context_length)
     lm.encode(text), lm.prefix_id          as eval.scoring.CausalLM (no model: only the tokenizer is loaded)
     decode(lm)(ids), prefix_text(lm)       the text a server is sent for token ids
 """
@@ -38,10 +39,35 @@ def load_tokenizer(spec: str) -> tuple[Any, str]:
     return tokenizer, str(source.location)
 
 
-def tokenizer_lm(spec: str, max_length: int = DEFAULT_CTX) -> scoring.CausalLM:
-    """A CausalLM that holds only the tokenizer of `spec` (for scoring.ppl_sequences and encode_pair)."""
+def tokenizer_lm(spec: str, max_length: int | None = None) -> scoring.CausalLM:
+    """A CausalLM that holds only the tokenizer of `spec` (for scoring.ppl_sequences and encode_pair), with the
+    model's context (`context_length`) unless `max_length` is given."""
     tokenizer, _ = load_tokenizer(spec)
-    return scoring.CausalLM(None, tokenizer, max_length)
+    return scoring.CausalLM(None, tokenizer, max_length or context_length(spec))
+
+
+def context_length(spec: str) -> int:
+    """The model's trained context: a GGUF's <arch>.context_length, a directory's max_position_embeddings;
+    DEFAULT_CTX when neither says (a hub id). Documents are cut to it as eval cuts them to the model's."""
+    import json
+
+    from precisionlab.models.loading import resolve
+
+    source = resolve(spec)
+    found = None
+    if source.form == "gguf":
+        import gguf
+
+        fields = gguf.GGUFReader(source.location).fields
+        arch = fields.get("general.architecture")
+        if arch is not None:
+            value = fields.get(f"{arch.contents()}.context_length")
+            found = int(value.contents()) if value is not None else None
+    elif source.form == "directory":
+        with contextlib.suppress(OSError, ValueError):
+            config = json.loads((Path(source.location) / "config.json").read_text(encoding="utf-8"))
+            found = config.get("max_position_embeddings") if isinstance(config, dict) else None
+    return int(found) if isinstance(found, int) and found > 1 else DEFAULT_CTX
 
 
 def decode(lm: scoring.CausalLM) -> Callable[[list[int]], str]:
