@@ -86,7 +86,7 @@ def server() -> Iterator[Callable[..., tuple[str, Fake]]]:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path == "/extras/tokenize":
                     if not fake.tokenize:

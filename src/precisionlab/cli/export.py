@@ -24,7 +24,8 @@ from precisionlab.results import Scalar
 @click.option("--model", "-m", default="smollm2-135m", show_default=True,
               help="A packaged name (smollm2-135m), a Hugging Face directory or a .gguf file: the model the result "
                    "was evaluated on.")
-@click.option("--scheme", "-s", default=None, help="A quant scheme to export (gguf_q4_0, int4:g128, e4m3:row ...), or none: every tensor in float "
+@click.option("--scheme", "-s", default=None,
+              help="A quant scheme to export (gguf_q4_0, int4:g128, e4m3:row ...), or none: every tensor in float "
                    "(at --float-dtype; the reference of `eval --runtime llamacpp`).")
 @click.option("--from", "from_path", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
               help="A saved result: ptq.json (with --save weights), a ptq --save .safetensors file, ladder.json "

@@ -36,6 +36,7 @@ from precisionlab.eval.tasks import TaskSpec
 FIRST_SCORED = 2
 """Index in a sequence of its first scored token (t2; module docstring)."""
 TASK_KINDS = ("ppl", "choice")
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass
@@ -132,7 +133,7 @@ def check_labels(reference: Scorer, candidates: Sequence[Scorer]) -> None:
 def evaluate_runtime(reference: Scorer, candidates: Sequence[Scorer], lm: scoring.CausalLM, specs: Sequence[TaskSpec],
                      max_drop: float, runtime: str = "llamacpp", progress: Progress | None = None, seed: int = 0,
                      n_resamples: int = stats.DEFAULT_RESAMPLES, confidence: float = stats.DEFAULT_CONFIDENCE,
-                     limits: Limits = Limits()) -> RuntimeRun:
+                     limits: Limits = DEFAULT_LIMITS) -> RuntimeRun:
     """Score the reference, then every candidate, on every task; compare them (module docstring)."""
     check_max_drop(max_drop)
     check_resamples(n_resamples)
@@ -168,7 +169,8 @@ def evaluate_runtime(reference: Scorer, candidates: Sequence[Scorer], lm: scorin
 
 
 # --------------------------------------------------------------------------- sequences
-def task_sequences(lm: scoring.CausalLM, spec: TaskSpec, limits: Limits = Limits()) -> tuple[list[list[int]], Any]:
+def task_sequences(lm: scoring.CausalLM, spec: TaskSpec,
+                   limits: Limits = DEFAULT_LIMITS) -> tuple[list[list[int]], Any]:
     """The token-id sequences of a task and where its scores lie in their log-probabilities:
     ppl: None (every value from FIRST_SCORED on); choice: per example, per choice (sequence index, first index
     of the continuation in that sequence's log-probabilities, normalising length)."""
