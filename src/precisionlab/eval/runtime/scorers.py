@@ -72,7 +72,7 @@ class LlamaCppScorer:
             raise ValueError(f"no such GGUF file: {self.path}")
         if self.path.suffix.lower() != ".gguf":
             raise ValueError(f"{self.path} is not a .gguf file")
-        self.label = label or self.path.stem
+        self.label = label or self.path.name.removesuffix(".gguf").replace(".", "-")
         self.source = str(self.path)
         self.threads = threads or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                       else (os.cpu_count() or 1))
