@@ -6,7 +6,9 @@
     scorer.label, scorer.source, scorer.close()
 
 `LlamaCppScorer(path)` loads the GGUF file once in llama-cpp-python (`logits_all`, the library's defaults
-otherwise: n_batch 512, KV cache F16, as its server runs), evaluates each sequence from an empty cache and turns
+otherwise: n_batch 512, KV cache F16, as its server runs), evaluates each sequence (reusing the KV cache of the
+prefix it shares with the previous one, as llama-cpp-python's server does: a choice's context is evaluated once
+for its continuations; the rows of the shared prefix are the earlier evaluation's) and turns
 each row of llama.cpp's float32 logits into log-probabilities with llama-cpp-python's own
 `Llama.logits_to_logprobs` (a float32 log-softmax): the function its server's `echo` + `logprobs` replies use,
 so the two give the same numbers. float32's rounding there is about 1e-6 at a log-probability of -20.
@@ -62,6 +64,24 @@ def check_sequences(sequences: Sequence[Sequence[int]]) -> None:
             raise ValueError("a scored sequence needs a first token and at least one token after it")
 
 
+def _evaluate(llm: Any, ids: list[int]) -> None:
+    """Evaluate `ids` into llm.scores, reusing the KV cache of the prefix they share with what llm holds (as
+    llama-cpp-python's `Llama.generate` does for its server): at least one token is evaluated again."""
+    held = llm.input_ids[: llm.n_tokens]
+    common = 0
+    for a, b in zip(held, ids, strict=False):
+        if int(a) != b:
+            break
+        common += 1
+    reuse = common - 1 if common == len(ids) else common
+    if reuse > 0:
+        llm.n_tokens = reuse  # eval() drops the cache's cells from n_tokens on
+        llm.eval(ids[reuse:])
+    else:
+        llm.reset()
+        llm.eval(ids)
+
+
 class LlamaCppScorer:
     """A GGUF file scored in llama.cpp itself (llama-cpp-python), loaded on first use and kept until close()."""
 
@@ -111,8 +131,7 @@ class LlamaCppScorer:
             if bad:
                 raise ValueError(f"token id {bad[0]} is outside {self.path.name}'s vocabulary of {vocab}: the "
                                  "tokenizer is not this model's")
-            llm.reset()
-            llm.eval(ids)
+            _evaluate(llm, ids)
             logits = np.array(llm.scores[: len(ids) - 1], dtype=np.float32)
             logp = module.Llama.logits_to_logprobs(logits)
             targets = np.asarray(ids[1:], dtype=np.int64)
