@@ -166,3 +166,27 @@ def test_cli_server_and_runtime_give_the_same_verdicts(run_cli, exported: dict[s
         scored = ~np.isnan(b[name])
         assert np.abs(a[name][scored] - b[name][scored]).max() <= 1e-6
         assert int((~scored).sum()) == len(a["offsets"]) - 1  # the first token of each document only
+
+
+def test_reusing_a_shared_prefix_changes_no_log_probability(exported: dict[str, Path]) -> None:
+    """Sequences that share a prefix (a choice's context) scored in turn, the cache of the prefix reused, give
+    what each gives scored alone from an empty cache."""
+    from precisionlab.eval.runtime.scorers import LlamaCppScorer
+    from precisionlab.eval.runtime.tokens import tokenizer_lm
+
+    lm = tokenizer_lm(str(exported["q4_0"]))
+    context = [lm.prefix_id, *lm.encode("The quick brown fox jumps over")]
+    seqs = [context + lm.encode(" the lazy dog."), context + lm.encode(" a small text."), [*context[:4], 5, 6],
+            list(context)]
+    together = LlamaCppScorer(exported["q4_0"], threads=1)
+    try:
+        reused = together.logprobs(seqs)
+    finally:
+        together.close()
+    for sequence, got in zip(seqs, reused, strict=True):
+        alone = LlamaCppScorer(exported["q4_0"], threads=1)
+        try:
+            fresh = alone.logprobs([sequence])[0]
+        finally:
+            alone.close()
+        assert np.abs(got - fresh).max() <= 1e-6

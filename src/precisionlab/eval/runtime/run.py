@@ -258,13 +258,15 @@ def _outcome(task: RuntimeTask, candidate: Scorer, logprobs: list[np.ndarray], s
 
 # --------------------------------------------------------------------------- files
 def write_logprobs(run: RuntimeRun, folder: Path) -> list[Path]:
-    """eval_runtime_<task>_logprobs.npz per task: the token ids (`tokens`, concatenated; `offsets`), and each
+    """eval_runtime_<task>_logprobs.npz per task: the token ids (`first`, each sequence's first; `tokens`, the rest,
+    concatenated; `offsets`), and each
     model's per-token log-probabilities under its label (one value per token after each sequence's first)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for task in run.tasks:
         lengths = [len(s) - 1 for s in task.sequences]
         arrays: dict[str, np.ndarray] = {
+            "first": np.asarray([s[0] for s in task.sequences], dtype=np.int64),
             "tokens": np.concatenate([np.asarray(s[1:], dtype=np.int64) for s in task.sequences]),
             "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
             run.reference["label"]: np.concatenate(task.reference_logprobs)}
