@@ -94,13 +94,14 @@ def run_command(runtime: str | None, server: str | None, reference: str | None, 
                               "candidates": ",".join(entries), "tokenizer": spec,
                               "tasks": ",".join(s.name for s in specs), "max_drop": float(max_drop),
                               "size": float(size), "seed": seed, "n_resamples": resamples, "command": command}
-    emit(runtime_result(run, params), as_json, out_dir, findings=show_findings)
+    result = runtime_result(run, params)
+    emit(result, as_json, out_dir, findings=show_findings)
     if out_dir is not None:
         written = runtime_run.write_logprobs(run, out_dir)
         if not as_json:
             click.echo(f"wrote the per-token log-probabilities to {', '.join(str(p) for p in written)}")
     if not as_json and not show_findings:
-        click.echo(f"{len(runtime_result(run, params).findings)} findings (every number above, by key): in --json, "
+        click.echo(f"{len(result.findings)} findings (every number above, by key): in --json, "
                    "--out, or --findings")
 
 
