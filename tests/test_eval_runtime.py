@@ -199,6 +199,19 @@ def test_a_server_that_tokenizes_otherwise_is_refused(server) -> None:  # type: 
         other.logprobs(SEQUENCES[:1])
 
 
+def test_a_document_is_sent_whole_and_its_first_tokens_kept(server) -> None:  # type: ignore[no-untyped-def]
+    """A perplexity document cut to n tokens goes as its whole text (decoding the cut ids need not tokenize back to
+    them); a causal model's first n values do not depend on what follows, so those are kept."""
+    url, fake = server()
+    text = "hello world, and more after the cut"
+    sequence = [TOK.bos, *TOK.encode(text)[:5]]
+    got = scorer(url, encode=TOK.encode).logprobs([sequence], texts=[text])
+    assert fake.bodies[-1]["prompt"] == text
+    assert same(got[0], expected(sequence, first_known=False))
+    with pytest.raises(ValueError, match="needs|need the tokenizer"):
+        scorer(url).logprobs([sequence], texts=[text])
+
+
 def test_an_unreachable_server_is_one_line() -> None:
     with pytest.raises(ServerError, match=r"cannot reach http://127\.0\.0\.1:9/v1/completions after 2 tries"):
         scorer("http://127.0.0.1:9", retries=1).logprobs(SEQUENCES[:1])
@@ -222,7 +235,7 @@ class Shifted:
     def __init__(self, label: str, delta: float = 0.0) -> None:
         self.label, self.source, self.delta = label, f"fake {label}", delta
 
-    def logprobs(self, sequences: Any, advance: Any = lambda n: None) -> list[np.ndarray]:
+    def logprobs(self, sequences: Any, advance: Any = lambda n: None, texts: Any = None) -> list[np.ndarray]:
         out = [np.asarray([value_of(list(s[:i]), t) - self.delta for i, t in enumerate(s) if i > 0]) for s in sequences]
         advance(len(sequences))
         return out

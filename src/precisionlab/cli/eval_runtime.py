@@ -118,7 +118,7 @@ def _scorer(mode: str, entry: str, server: str | None, lm: Any, threads: int | N
     is_url = value.startswith(("http://", "https://"))
     url = value if is_url else str(server)
     return ServerScorer(url, decode(lm), lm.prefix_id, prefix_text(lm), model=None if is_url else value,
-                        label=label, batch=batch, retries=retries)
+                        label=label, batch=batch, retries=retries, encode=lm.encode)
 
 
 def _command(mode: str, server: str | None, reference: str, entries: list[str], tokenizer: str | None,

@@ -147,7 +147,8 @@ def evaluate_runtime(reference: Scorer, candidates: Sequence[Scorer], lm: scorin
         sequences, spans = task_sequences(lm, spec, limits)
         began = time.perf_counter()
         progress.start(f"reference ({reference.label}): {spec.name}", len(sequences))
-        ref_logprobs = reference.logprobs(sequences, progress.advance)
+        texts = [d.text for d in spec.items] if spec.kind == "ppl" else None  # each document's tokens begin it
+        ref_logprobs = reference.logprobs(sequences, progress.advance, texts)
         summary, examples = _scores(spec, ref_logprobs, spans, reference.label)
         seconds = time.perf_counter() - began
         progress.done(f"reference ({reference.label}): {spec.name} ({len(spec.items)} examples, {seconds:.1f} s)")
@@ -156,7 +157,8 @@ def evaluate_runtime(reference: Scorer, candidates: Sequence[Scorer], lm: scorin
         for task in tasks:
             began = time.perf_counter()
             progress.start(f"{candidate.label}: {task.name}", len(task.sequences))
-            logprobs = candidate.logprobs(task.sequences, progress.advance)
+            texts = [d.text for d in task.spec.items] if task.kind == "ppl" else None
+            logprobs = candidate.logprobs(task.sequences, progress.advance, texts)
             outcome = _outcome(task, candidate, logprobs, task.spans, max_drop, options)
             outcome.seconds = time.perf_counter() - began
             task.outcomes.append(outcome)

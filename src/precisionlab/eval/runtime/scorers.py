@@ -3,6 +3,8 @@
     scorer.logprobs(sequences, advance)    per sequence [t0, t1, ..., tn]: float64 array of n values,
                                            log p(t_i | t_0 .. t_{i-1}) for i = 1 .. n (NaN where the runtime
                                            reports none: a server's first prompt token)
+    scorer.logprobs(sequences, advance, texts)   texts[i]: a text whose tokens begin with t1 .. tn (a
+                                           perplexity document cut to n tokens), what a server is sent
     scorer.label, scorer.source, scorer.close()
 
 `LlamaCppScorer(path)` loads the GGUF file once in llama-cpp-python (`logits_all`, the library's defaults
@@ -44,7 +46,8 @@ class Scorer(Protocol):
     label: str
     source: str
 
-    def logprobs(self, sequences: Sequence[Sequence[int]], advance: Advance = _noop) -> list[np.ndarray]: ...
+    def logprobs(self, sequences: Sequence[Sequence[int]], advance: Advance = _noop,
+                 texts: Sequence[str] | None = None) -> list[np.ndarray]: ...
 
     def close(self) -> None: ...
 
@@ -117,7 +120,9 @@ class LlamaCppScorer:
             raise ValueError(f"llama.cpp cannot load {self.path}: {exc}") from None
         return self._llm
 
-    def logprobs(self, sequences: Sequence[Sequence[int]], advance: Advance = _noop) -> list[np.ndarray]:
+    def logprobs(self, sequences: Sequence[Sequence[int]], advance: Advance = _noop,
+                 texts: Sequence[str] | None = None) -> list[np.ndarray]:
+        """`texts` (what a server is sent) are not needed here: the token ids are evaluated as they are."""
         check_sequences(sequences)
         if not sequences:
             return []

@@ -8,8 +8,11 @@ Each request is POST {url}/v1/completions with
 
     {"prompt": [text, ...], "max_tokens": 1, "echo": true, "logprobs": 1, "temperature": 0, "model": ...}
 
-where a sequence's text is its tokens after the first, decoded (`decode`); the server tokenizes it again and
-puts the model's BOS first, so the reply's `choices[i].logprobs.token_logprobs` holds one value per prompt token
+where a sequence's text is its tokens after the first, decoded (`decode`), or the text they came from when
+the caller gives it (a perplexity document: decoding does not always give back a text that tokenizes to the same
+ids, and a causal model's log-probabilities of the first n tokens do not depend on the tokens after them, so
+the whole document is sent and the first n values kept); the server tokenizes it again and puts the model's
+BOS first, so the reply's `choices[i].logprobs.token_logprobs` holds one value per prompt token
 and one for the generated token (max_tokens 0 means "until the context is full" to llama-cpp-python). Replies
 come in two conventions, told apart by their length: vLLM echoes the BOS (n + 2 entries, the first null);
 llama-cpp-python drops it and, keeping the OpenAI rule that the first prompt token has no log-probability,
@@ -74,12 +77,14 @@ class ServerScorer:
 
     def __init__(self, url: str, decode: Callable[[list[int]], str], prefix_id: int, prefix_text: str = "",
                  model: str | None = None, label: str | None = None, batch: int = 8, retries: int = 3,
-                 backoff: float = 0.5, timeout: float = 600.0) -> None:
+                 backoff: float = 0.5, timeout: float = 600.0,
+                 encode: Callable[[str], list[int]] | None = None) -> None:
         if batch < 1 or retries < 0 or backoff < 0 or timeout <= 0:
             raise ValueError("batch >= 1, retries >= 0, backoff >= 0 and timeout > 0")
         self.base = base_url(url)
         self.model = model
         self.decode = decode
+        self.encode = encode
         self.prefix_id = int(prefix_id)
         self.prefix_text = prefix_text
         self.label = label or model or urlparse(self.base).netloc.replace(".", "-").replace(":", "-")
@@ -148,20 +153,35 @@ class ServerScorer:
         return True
 
     # ------------------------------------------------------------------ scoring
-    def logprobs(self, sequences: Sequence[Sequence[int]], advance: Advance = _noop) -> list[np.ndarray]:
+    def logprobs(self, sequences: Sequence[Sequence[int]], advance: Advance = _noop,
+                 texts: Sequence[str] | None = None) -> list[np.ndarray]:
+        """`texts[i]`, when given, is sent instead of sequence i's decoded tokens: a text whose tokens begin with
+        them (a whole document, of which the sequence is the first tokens); it needs `encode`."""
         check_sequences(sequences)
         for sequence in sequences:
             if int(sequence[0]) != self.prefix_id:
                 raise ValueError(f"a server scores sequences that start with the prefix token {self.prefix_id}, "
                                  f"not {int(sequence[0])}")
+        if texts is not None and (self.encode is None or len(texts) != len(sequences)):
+            raise ValueError("texts need the tokenizer's encode, one text per sequence")
         lead = "" if self.adds_bos() else self.prefix_text
-        texts = [lead + self.decode([int(t) for t in s[1:]]) for s in sequences]
+        if texts is None:
+            prompts = [lead + self.decode([int(t) for t in s[1:]]) for s in sequences]
+            totals = [len(s) - 1 for s in sequences]
+        else:
+            assert self.encode is not None
+            prompts = [lead + t for t in texts]
+            totals = [len(self.encode(t)) for t in texts]
+            for sequence, total in zip(sequences, totals, strict=True):
+                if total < len(sequence) - 1:
+                    raise ValueError(f"a text of {total} tokens cannot hold a sequence of {len(sequence) - 1}")
         out: list[np.ndarray] = []
         start = 0
         while start < len(sequences):
             size = min(self.batch, len(sequences) - start)
             chunk = range(start, start + size)
-            values = self._complete([texts[i] for i in chunk], [len(sequences[i]) - 1 for i in chunk])
+            values = self._complete([prompts[i] for i in chunk], [totals[i] for i in chunk],
+                                    [len(sequences[i]) - 1 for i in chunk])
             if values is None:  # the server refused a list of prompts: one at a time from now on
                 self.notes.append(f"{self.label}: the server takes one prompt per request; batch 1 from now on")
                 self.batch = 1
@@ -171,7 +191,7 @@ class ServerScorer:
             start += size
         return out
 
-    def _complete(self, texts: list[str], counts: list[int]) -> list[np.ndarray] | None:
+    def _complete(self, texts: list[str], totals: list[int], counts: list[int]) -> list[np.ndarray] | None:
         body: dict[str, Any] = {"prompt": texts[0] if len(texts) == 1 else texts, "max_tokens": 1, "echo": True,
                                 "logprobs": 1, "temperature": 0.0}
         if self.model:
@@ -189,7 +209,7 @@ class ServerScorer:
                 return None
             raise ServerError(f"{self.base}/v1/completions answered without one choice for the prompt")
         ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
-        return [self._values(choice, n) for choice, n in zip(ordered, counts, strict=True)]
+        return [self._values(choice, total)[:n] for choice, total, n in zip(ordered, totals, counts, strict=True)]
 
     def _values(self, choice: Any, n: int) -> np.ndarray:
         """The n prompt log-probabilities of t1 .. tn from one choice (module docstring)."""
