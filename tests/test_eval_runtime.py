@@ -208,7 +208,7 @@ def test_a_document_is_sent_whole_and_its_first_tokens_kept(server) -> None:  # 
     got = scorer(url, encode=TOK.encode).logprobs([sequence], texts=[text])
     assert fake.bodies[-1]["prompt"] == text
     assert same(got[0], expected(sequence, first_known=False))
-    with pytest.raises(ValueError, match="needs|need the tokenizer"):
+    with pytest.raises(ValueError, match="need the tokenizer"):
         scorer(url).logprobs([sequence], texts=[text])
 
 
