@@ -305,3 +305,17 @@ def test_runtime_usage_errors(run_cli, args: tuple[str, ...], message: str) -> N
     result = run_cli("eval", *args)
     assert result.exit_code == 2
     assert message in result.stderr, result.stderr
+
+
+def test_runtime_llamacpp_without_llama_cpp_python_is_one_line(run_cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError
+    ref, cand = tmp_path / "f32.gguf", tmp_path / "q4_0.gguf"
+    ref.write_bytes(b"GGUF")
+    cand.write_bytes(b"GGUF")
+    result = run_cli("eval", "--runtime", "llamacpp", "--reference", str(ref), "--candidates", str(cand))
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == ["error: --runtime llamacpp needs llama-cpp-python: CMAKE_ARGS=... pip install "
+                     "'llama-cpp-python[server]==0.3.36' (docs/export.md says which build options work)"], lines
