@@ -4,6 +4,8 @@
         --max-drop 1.0 [--size N] [--include PAT ...] [--exclude PAT ...] [--json] [--out DIR]
     precisionlab eval --model smollm2-135m --from out/recipe.json [--from out/ptq.json] [--schemes int4:g128]
     precisionlab eval ... [--workers N | --scheduler tcp://host:8786]     the candidates on processes or Dask
+    precisionlab eval --runtime llamacpp --reference f32.gguf --candidates q4_0.gguf     scored in llama.cpp
+    precisionlab eval --server URL --reference NAME --candidates NAME[,NAME]            a completions server
 """
 
 from __future__ import annotations
@@ -37,6 +39,43 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--workers", "-w", default=1, show_default=True, callback=positive_int,
                         help="Processes that score the candidates, each loading the model once (the reference is "
                              "computed here first); the results equal one process's, bit for bit.")(command)
+
+
+def runtime_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--runtime / --server and what they score (cli.eval_runtime; docs/eval.md "In the runtime")."""
+    options = [
+        click.option("--retries", type=int, default=3, show_default=True, callback=_non_negative,
+                     help="With --server: retries of a request that met a connection error, a timeout, HTTP 429 "
+                          "or 5xx (waiting 0.5, 1, 2 ... s)."),
+        click.option("--batch", type=int, default=8, show_default=True, callback=positive_int,
+                     help="With --server: prompts per request (a server that takes one at a time is asked one at "
+                          "a time)."),
+        click.option("--tokenizer", default=None, metavar="MODEL",
+                     help="With --runtime / --server: whose tokenizer turns the tasks' texts into token ids (a "
+                          "packaged name, directory or .gguf; default: the --reference GGUF, with --server "
+                          "--model)."),
+        click.option("--candidates", "runtime_candidates", multiple=True, metavar="[LABEL=]MODEL",
+                     help="With --runtime / --server: the quantized models, comma-separated or repeated (GGUF "
+                          "files; with --server, model names served there or URLs)."),
+        click.option("--reference", default=None, metavar="[LABEL=]MODEL",
+                     help="With --runtime / --server: the float model as the runtime runs it (an F32 / F16 GGUF: "
+                          "export --scheme none; with --server, a model name served there or a URL)."),
+        click.option("--server", default=None, metavar="URL",
+                     help="Score through an OpenAI-compatible /v1/completions endpoint that returns prompt "
+                          "log-probabilities (echo + logprobs: llama.cpp's server, llama-cpp-python's, vLLM)."),
+        click.option("--runtime", type=click.Choice(["llamacpp"]), default=None,
+                     help="Score GGUF files in llama.cpp itself (llama-cpp-python), reference and candidates alike, "
+                          "instead of precisionlab's emulation."),
+    ]
+    for option in options:
+        command = option(command)
+    return command
+
+
+def _non_negative(_ctx: Any, param: Any, value: int) -> int:
+    if value < 0:
+        raise click.BadParameter(f"must be 0 or more, got {value}", param_hint=f"'--{param.name}'")
+    return value
 
 
 @click.command("eval")
@@ -81,14 +120,33 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
                    "so (docs/profile.md).")
 @click.option("--findings", "show_findings", is_flag=True,
               help="Also print every finding (key and value) after the tables; --json and --out always hold them.")
+@runtime_options
 @worker_options
 @lab_output_options
 def COMMAND(model: str, schemes: tuple[str, ...], from_paths: tuple[str, ...], step: int | None,
             tasks: tuple[str, ...], max_drop: float, size: float,
             include: tuple[str, ...], exclude: tuple[str, ...], dtype: str, seed: int, resamples: int, no_cache: bool,
-            threads: int | None, speed: bool, show_findings: bool, workers: int, scheduler: str | None,
-            as_json: bool, out_dir: Path | None) -> None:
+            threads: int | None, speed: bool, show_findings: bool, runtime: str | None, server: str | None,
+            reference: str | None, runtime_candidates: tuple[str, ...], tokenizer: str | None, batch: int,
+            retries: int, workers: int, scheduler: str | None, as_json: bool, out_dir: Path | None) -> None:
     """Task-level evidence: each scheme against the float reference, paired, with intervals and verdicts."""
+    if runtime is not None or server is not None:
+        torch_only = [name for name, given in (("--schemes", schemes), ("--from", from_paths), ("--speed", speed),
+                                               ("--include", include), ("--exclude", exclude),
+                                               ("--scheduler", scheduler), ("--workers", workers != 1)) if given]
+        if torch_only:
+            raise click.UsageError(f"{torch_only[0]} belongs to the emulated evaluation; with --runtime / --server "
+                                   "the models are --reference and --candidates")
+        from precisionlab.cli.eval_runtime import run_command
+
+        run_command(runtime, server, reference, runtime_candidates, tokenizer, model, tasks, max_drop, size, seed,
+                    resamples, threads, batch, retries, as_json, out_dir, show_findings)
+        return
+    runtime_only = [name for name, given in (("--reference", reference), ("--candidates", runtime_candidates),
+                                             ("--tokenizer", tokenizer)) if given]
+    if runtime_only:
+        raise click.UsageError(f"{runtime_only[0]} belongs to a runtime evaluation: give --runtime llamacpp or "
+                               "--server URL")
     from precisionlab.eval.candidates import parse_candidates
     from precisionlab.eval.data import task_sizes
     from precisionlab.eval.runner import check_max_drop, check_resamples

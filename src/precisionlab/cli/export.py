@@ -4,6 +4,7 @@
     precisionlab export --model DIR --from out/ptq.json --to compressed-tensors --out DIR-gptq
     precisionlab export --model smollm2-135m --from ladder/ladder.json --step 3 --to compressed-tensors --out X
     precisionlab export --model DIR --from recipe.json --to gguf --out X.gguf
+    precisionlab export --model smollm2-135m --scheme none --float-dtype f32 --to gguf --out smollm2-f32.gguf
 
 See docs/export.md.
 """
@@ -23,7 +24,9 @@ from precisionlab.results import Scalar
 @click.option("--model", "-m", default="smollm2-135m", show_default=True,
               help="A packaged name (smollm2-135m), a Hugging Face directory or a .gguf file: the model the result "
                    "was evaluated on.")
-@click.option("--scheme", "-s", default=None, help="A quant scheme to export (gguf_q4_0, int4:g128, e4m3:row ...).")
+@click.option("--scheme", "-s", default=None,
+              help="A quant scheme to export (gguf_q4_0, int4:g128, e4m3:row ...), or none: every tensor in float "
+                   "(at --float-dtype; the reference of `eval --runtime llamacpp`).")
 @click.option("--from", "from_path", type=NonEmptyPath(dir_okay=False, path_type=Path), default=None,
               help="A saved result: ptq.json (with --save weights), a ptq --save .safetensors file, ladder.json "
                    "(with --step), or a recipe.json.")
@@ -56,13 +59,18 @@ def COMMAND(model: str, scheme: str | None, from_path: Path | None, step: int | 
     from precisionlab.cli.eval import StepProgress
     from precisionlab.cli.ptq import load_causal_lm
     from precisionlab.export import Recipe, export_model, precheck, read_result
+    from precisionlab.export.plan import FLOAT
     from precisionlab.quant import parse_scheme
 
     if from_path is not None and (include or exclude):
         raise ValueError("--include / --exclude apply to --scheme; a saved result says which layers it quantized")
     if step is not None and from_path is None:
         raise ValueError("--step selects a step of a ladder result given with --from")
-    if scheme is not None:
+    if scheme is not None and scheme.strip().lower() == "none":
+        if include or exclude:
+            raise ValueError("--include / --exclude choose layers to quantize; --scheme none quantizes none")
+        recipe = Recipe(FLOAT, "float (no layer quantized)")
+    elif scheme is not None:
         canonical = str(parse_scheme(scheme))
         recipe = Recipe("scheme", canonical, scheme=canonical, include=tuple(split_commas(include)),
                         exclude=tuple(split_commas(exclude)) if exclude else None)

@@ -5,11 +5,13 @@
     prepared.report          the models.weights.QuantizationReport of what was installed (restore() undoes it)
     prepared.state()         parameter name -> float32 values the model now computes with
 
-The weights are installed the way the evaluation installs them, so the model afterwards holds exactly what
-was evaluated: a scheme (--scheme, a ladder step) through `models.weights.quantize_weights` (eval's plain
-candidates); saved codes (a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result`
-(eval's PTQ candidates: AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer
-schemes through `ptq.install.install`, each layer rounded to nearest under its own scheme.
+A float recipe (kind FLOAT, `export --scheme none`) installs nothing: the model's own values, each tensor
+written at --float-dtype. The weights are installed the way the evaluation installs them, so the model
+afterwards holds exactly what was evaluated: a scheme (--scheme, a ladder step) through
+`models.weights.quantize_weights` (eval's plain candidates); saved codes (a ptq --save file, a GPTQ / AWQ
+ladder step) through `ptq.install.install_result` (eval's PTQ candidates: AWQ's folds first, then each layer's
+dequantized codes); a recipe.json's per-layer schemes through `ptq.install.install`, each layer rounded to
+nearest under its own scheme.
 """
 
 from __future__ import annotations
@@ -75,11 +77,27 @@ def check_layers(model: Any, recipe: Recipe) -> dict[str, Any]:
     return chosen
 
 
+FLOAT = "float"
+"""Recipe.kind of a float export (`export --scheme none`): no layer quantized, every tensor at --float-dtype (the
+runtime evaluation's reference, docs/eval.md)."""
+
+
+class _Unchanged:
+    """The report of a float export: nothing was installed, so nothing is restored."""
+
+    replaced: tuple[Any, ...] = ()
+
+    def restore(self) -> None:
+        return None
+
+
 def prepare(loaded: Any, recipe: Recipe) -> Prepared:
     """Install the recipe into loaded.model (see the module docstring)."""
     from precisionlab.quant import quantize
 
     model = loaded.model
+    if recipe.kind == FLOAT:
+        return Prepared(loaded, recipe, _Unchanged(), {})
     chosen = check_layers(model, recipe)
     if recipe.stored:
         return _install_stored(loaded, recipe)
