@@ -64,7 +64,7 @@ def _check_layout(llama_cpp: Any) -> None:
 def _read(tensor: GgmlTensor) -> np.ndarray:
     dtype = GGML_DTYPES[tensor.type]
     ne, nb = list(tensor.ne), list(tensor.nb)
-    size = sum((n - 1) * s for n, s in zip(ne, nb)) + np.dtype(dtype).itemsize
+    size = sum((n - 1) * s for n, s in zip(ne, nb, strict=True)) + np.dtype(dtype).itemsize
     buffer = (ctypes.c_char * size).from_address(tensor.data)
     view = np.ndarray(shape=tuple(reversed(ne)), dtype=dtype, buffer=buffer, strides=tuple(reversed(nb)))
     return view.astype(np.float32)
