@@ -103,7 +103,8 @@ def census(loaded: Any, gguf_path: str, scheme: str, tokens: list[int]) -> list[
         for h in handles:
             h.remove()
     rows = []
-    for label, names in [(str(i), [f"{n}-{i}" for n, _ in inputs]) for i in range(layers)] + [("head", ["result_norm"])]:
+    groups = [(str(i), [f"{n}-{i}" for n, _ in inputs]) for i in range(layers)] + [("head", ["result_norm"])]
+    for label, names in groups:
         cells = []
         for name in names:
             a = ggml_act.q8_0(mine[name])
