@@ -219,4 +219,4 @@ def test_float_export_agrees_with_llama_cpp_every_way(tmp_path) -> None:  # type
     assert rows[0][3] < 1e-4, rows  # the float model
     assert rows[1][3] < 1e-4, rows  # token by token
     assert rows[2][3] < 1e-2, rows  # KV F16: F16 rounding of K and V
-    assert rows[3][3] < 1e-2, rows  # flash attention (F16 inside on the CPU)
+    assert rows[3][3] < 1e-2, rows  # flash attention (on SmolLM2 it gives the same numbers with KV F32 and F16)
