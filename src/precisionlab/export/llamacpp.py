@@ -54,13 +54,16 @@ def _picked(logp: np.ndarray, sequence: list[int]) -> np.ndarray:
     return logp[np.arange(len(targets)), targets]
 
 
-def llamacpp_logprobs(path: str | Path, sequences: list[list[int]], threads: int = 1, kv: str = "f32") -> Run:
-    """llama.cpp's per-token log-probabilities of each sequence (its logits, logits_all), one sequence at a time."""
+def llamacpp_logprobs(path: str | Path, sequences: list[list[int]], threads: int = 1, kv: str = "f32",
+                      n_batch: int | None = None, flash_attn: bool = False, label: str | None = None) -> Run:
+    """llama.cpp's per-token log-probabilities of each sequence (its logits, logits_all), one sequence at a time:
+    each sequence in one batch, or `n_batch` tokens at a time (1: token by token, as generation runs)."""
     llama_cpp = _llama_cpp()
     n_ctx = max(len(s) for s in sequences) + 8
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
+    batch = n_batch or n_ctx
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=batch, n_ubatch=batch, logits_all=True,
                           n_threads=threads, n_threads_batch=threads, type_k=KV_TYPES[kv], type_v=KV_TYPES[kv],
-                          flash_attn=False, verbose=False)
+                          flash_attn=flash_attn, verbose=False)
     out = []
     try:
         for sequence in sequences:
@@ -70,7 +73,19 @@ def llamacpp_logprobs(path: str | Path, sequences: list[list[int]], threads: int
             out.append(_picked(_log_softmax(logits), sequence))
     finally:
         llm.close()
-    return Run(f"llama.cpp (KV {kv.upper()})", out)
+    return Run(label or f"llama.cpp (KV {kv.upper()})", out)
+
+
+LLAMACPP_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (("llama.cpp, token by token (n_batch 1)", {"n_batch": 1}),
+                     ("llama.cpp, KV cache F16", {"kv": "f16"}),
+                     ("llama.cpp, flash attention on", {"flash_attn": True}))
+"""llama.cpp run with a float-rounding-level change of its own (which kernels, which cache precision): its
+distance from the baseline run is how far llama.cpp moves from itself, the floor no emulation can beat."""
+
+
+def llamacpp_variants(path: str | Path, sequences: list[list[int]], threads: int = 1) -> list[Run]:
+    """llama.cpp's log-probabilities under each of LLAMACPP_VARIANTS."""
+    return [llamacpp_logprobs(path, sequences, threads, label=label, **kw) for label, kw in LLAMACPP_VARIANTS]
 
 
 def model_logprobs(model: Any, sequences: list[list[int]], label: str) -> Run:
