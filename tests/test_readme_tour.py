@@ -31,6 +31,7 @@ file 21 s) at a load average of 5-6 on the 2-core development machine, 9 min at 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import time
@@ -187,8 +188,12 @@ def test_every_tour_line_runs_in_order_on_the_tiny_model(tiny_packaged: Path) ->
 
     lines = tour_lines((ROOT / "README.md").read_text(encoding="utf-8"))
     times = []
+    skipped = []
     for line in lines:
         words = words_of(line)
+        if "--runtime" in words and importlib.util.find_spec("llama_cpp") is None:
+            skipped.append(line)  # the one peer no other line needs; every line after it still runs
+            continue
         for i, word in enumerate(words):
             inner = SUBSTITUTION.fullmatch(word)
             if inner:
@@ -203,3 +208,5 @@ def test_every_tour_line_runs_in_order_on_the_tiny_model(tiny_packaged: Path) ->
         assert result.exit_code == 0, (f"README tour line `{line}` (run with {' '.join(limits) or 'no limits'}) "
                                        f"exited {result.exit_code}:\n{result.output[-3000:]}")
     assert (tiny_packaged / "out" / "ptq" / "ptq.json").is_file()  # the chain's files are where the lines say
+    if skipped:
+        pytest.skip(f"every other tour line exits 0; without llama-cpp-python these did not run: {skipped}")
