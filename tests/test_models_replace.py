@@ -107,7 +107,7 @@ def test_a_wrong_shape_or_name_is_refused_with_everything_put_back() -> None:
     before = _state(model)
     with pytest.raises(ValueError, match=r"model.layers.1.mlp.up_proj.weight: new values of shape \(3, 3\)"):
         replace_weights(model, [(DOWN, torch.zeros(64, 128)), (UP, torch.zeros(3, 3))])
-    with pytest.raises(ValueError, match="no parameter or weight layer named 'model.nope'"):
+    with pytest.raises(ValueError, match=r"no parameter or weight layer named .model\.nope."):
         replace_weights(model, {"model.nope": torch.zeros(1)})
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name]), name

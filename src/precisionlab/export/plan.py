@@ -6,14 +6,16 @@
     prepared.state()         parameter name -> float32 values the model now computes with
 
 The weights are installed the way the evaluation installs them, so the model afterwards holds exactly what
-was evaluated: a scheme (--scheme, a ladder step) through `models.weights.quantize_weights` (eval's plain
-candidates); saved codes (a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result`
-(eval's PTQ candidates: AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer
-schemes through `ptq.install.install`, each layer rounded to nearest under its own scheme.
+was evaluated: a scheme (--scheme, a ladder step) rounded to nearest per layer, each weight once, through
+`ptq.install.install` (the values of `models.weights.quantize_weights`, eval's plain candidates); saved codes
+(a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result` (eval's PTQ candidates:
+AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer schemes through
+`ptq.install.install`, each layer rounded to nearest under its own scheme.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,20 +86,20 @@ def prepare(loaded: Any, recipe: Recipe) -> Prepared:
     if recipe.stored:
         return _install_stored(loaded, recipe)
     if recipe.layers:
-        originals = {n: chosen[n].weight.detach().float().numpy() for n in recipe.layers}
-        quantized = {n: quantize(originals[n], s) for n, s in recipe.layers.items()}
+        quantized = {n: quantize(chosen[n].weight.detach().float().numpy(), s) for n, s in recipe.layers.items()}
         return _install_codes(loaded, recipe, quantized, float_layers(model, recipe))
-    from precisionlab.models.weights import quantize_weights
-
     assert recipe.scheme is not None
-    originals = {n: m.weight.detach().float().numpy().copy() for n, m in chosen.items()}
-    report = quantize_weights(model, recipe.scheme, recipe.include, recipe.exclude)
-    skipped = report.skipped
-    if skipped:
-        report.restore()
-        raise ValueError(f"{recipe.scheme} cannot quantize {skipped[0].name}: {skipped[0].note}")
-    quantized = {r.name: quantize(originals[r.name], recipe.scheme) for r in report.quantized}
-    return Prepared(loaded, recipe, report, quantized)
+    quantized = {}
+    seen: set[int] = set()
+    for name, module in chosen.items():  # each weight once (a tied one under its first name), as quantize_weights
+        if id(module.weight) in seen:
+            continue
+        seen.add(id(module.weight))
+        try:
+            quantized[name] = quantize(module.weight.detach().float().numpy(), recipe.scheme)
+        except ValueError as exc:
+            raise ValueError(f"{recipe.scheme} cannot quantize {name}: {exc}") from None
+    return _install_codes(loaded, recipe, quantized)
 
 
 FLOAT_WIDTHS = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
@@ -130,28 +132,26 @@ def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any],
 
     floats = floats or {}
 
-    def write(model: Any) -> None:
+    modules = dict(loaded.model.named_modules())
+
+    def values() -> Iterator[tuple[str, Any]]:  # one layer's values at a time
         import torch
 
-        modules = dict(model.named_modules())
-        with torch.no_grad():
-            for name, q in quantized.items():
-                weight = modules[name].weight
-                weight.copy_(torch.from_numpy(q.dequantize()).to(weight.dtype))
-            for name, width in floats.items():
-                weight = modules[name].weight
-                weight.copy_(weight.to(getattr(torch, FLOAT_WIDTHS[width][0])).to(weight.dtype))
+        for name, q in quantized.items():
+            yield name, q.dequantize()
+        for name, width in floats.items():
+            weight = modules[name].weight
+            yield name, weight.detach().to(getattr(torch, FLOAT_WIDTHS[width][0])).to(weight.dtype)
 
     stored = {n: q.nbytes for n, q in quantized.items()}
-    modules = dict(loaded.model.named_modules())
     stored.update({n: modules[n].weight.numel() * FLOAT_WIDTHS[w][1] for n, w in floats.items()})
-    report = install(loaded.model, write, stored, recipe.description)
+    report = install(loaded.model, values(), stored, recipe.description)
     return Prepared(loaded, recipe, report, quantized)
 
 
 def _install_stored(loaded: Any, recipe: Recipe) -> Prepared:
     """Saved codes, as the evaluation's PTQ candidate installs them (ptq.install.install_result)."""
-    from precisionlab.ptq.install import install_result, write_weights
+    from precisionlab.ptq.install import install_result
     from precisionlab.ptq.run import PTQResult
     from precisionlab.ptq.structure import scale_groups
 
@@ -166,5 +166,5 @@ def _install_stored(loaded: Any, recipe: Recipe) -> Prepared:
     scheme = recipe.scheme or "mixed"
     result = PTQResult(recipe.method if recipe.method in ("rtn", "gptq", "awq") else "rtn", scheme, [],
                        quantized=dict(recipe.stored), folds=folds)
-    report = install_result(model, result, lambda m: write_weights(m, result), recipe.description)
+    report = install_result(model, result, label=recipe.description)
     return Prepared(loaded, recipe, report, dict(recipe.stored))

@@ -176,8 +176,9 @@ def replace_weights(model: Any, new: Mapping[str, Any] | Iterable[tuple[str, Any
     resolve = _resolver(module_tree)
     items = new.items() if isinstance(new, Mapping) else new
     try:
-        for name, value in items:
-            replaced._replace(*resolve(name), value)
+        for given, value in items:
+            name, parameter = resolve(given)
+            replaced._replace(name, parameter, value)
     except BaseException:
         replaced.restore()
         raise
