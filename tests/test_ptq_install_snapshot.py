@@ -63,7 +63,7 @@ def test_install_takes_values_not_a_function_that_writes_them() -> None:
 def test_an_unknown_stored_layer_puts_every_weight_back() -> None:
     model = tiny_llama(2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    with pytest.raises(ValueError, match="no layer named 'model.nope'"):
+    with pytest.raises(ValueError, match=r"no layer named 'model\.nope'"):
         install(model, {DOWN: torch.zeros(64, 128)}, {"model.nope": 1}, "bad")
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name]), name
@@ -86,7 +86,8 @@ def test_a_folded_result_installs_the_folds_by_hand_and_snapshots_only_what_they
     np.testing.assert_array_equal(params[norm].detach().numpy(), by_hand_norm)
     np.testing.assert_array_equal(params[f"{names[1]}.weight"].detach().numpy(), by_hand_up)
     np.testing.assert_array_equal(params[f"{names[0]}.weight"].detach().numpy(), q.dequantize())
-    assert set(fold_values(model, [(group, s)], skip=[id(params[f"{names[0]}.weight"])])) == {norm, f"{names[1]}.weight"}
+    folded = fold_values(model, [(group, s)], skip=[id(params[f"{names[0]}.weight"])])
+    assert set(folded) == {norm, f"{names[1]}.weight"}
     report.restore()
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name]), name
