@@ -12,8 +12,9 @@
 eval's candidates, ptq's installs, search's measures and recipes, export's plan, the ladder's steps, QAT.)
 
 Names. A key of `new` is a parameter name as `named_parameters(remove_duplicate=False)` spells it
-("model.layers.0.input_layernorm.weight"), or the name of a module holding a `weight` ("lm_head"), which means
-that weight. Two names of one tied parameter are one weight: the later value is written, the first original kept.
+("model.layers.0.input_layernorm.weight"), the name of a module holding a `weight` ("lm_head"), which means
+that weight, or one of the model's Parameter objects. Two names of one tied parameter are one weight: the
+later value is written, the first original kept.
 
 What is kept. Only the originals of the weights replaced; every other parameter is left as it is (the same
 storage, never copied). An original stays in memory, as itself: the parameter's own tensor is set aside and the
@@ -189,8 +190,14 @@ def _resolver(model: Any) -> Any:
     parameters = dict(model.named_parameters(remove_duplicate=False))
     modules: dict[str, Any] | None = None
 
-    def resolve(name: str) -> tuple[str, Any]:
+    names = {id(p): n for n, p in reversed(list(parameters.items()))}  # a tied parameter: its first name
+
+    def resolve(name: Any) -> tuple[str, Any]:
         nonlocal modules
+        if not isinstance(name, str):  # a Parameter of the model
+            if id(name) not in names:
+                raise ValueError("the parameter given is not one of the model's")
+            return names[id(name)], name
         parameter = parameters.get(name)
         if parameter is not None:
             return name, parameter
