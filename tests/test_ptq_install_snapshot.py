@@ -91,3 +91,32 @@ def test_a_folded_result_installs_the_folds_by_hand_and_snapshots_only_what_they
     report.restore()
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name]), name
+
+
+@pytest.mark.parametrize("recipe_kind", ["layers", "scheme"])
+def test_an_evaluated_recipe_keeps_no_codes_and_installs_the_same_values(recipe_kind: str) -> None:
+    """export's prepare for an eval candidate (keep_codes=False) makes each layer's codes when it installs it and
+    drops them: nothing held beside the snapshot; the values are those export installs (keep_codes=True)."""
+    from types import SimpleNamespace
+
+    from precisionlab.export.plan import prepare
+    from precisionlab.export.results import Recipe
+
+    if recipe_kind == "layers":
+        layers = {DOWN: "int4:g32", "model.layers.1.self_attn.q_proj": "int8:row"}
+        recipe = Recipe("recipe", "two schemes", layers=layers)
+    else:
+        recipe = Recipe("scheme", "int8:row", scheme="int8:row", include=("model.layers.0.*",))
+    model = tiny_llama(2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    kept = prepare(SimpleNamespace(model=model), recipe)
+    exported = {n: p.detach().clone() for n, p in model.named_parameters()}
+    kept.restore()
+    dropped = prepare(SimpleNamespace(model=model), recipe, keep_codes=False)
+    assert dropped.quantized == {} and len(kept.quantized) == len(dropped.report.layers) > 0
+    assert [r.nbytes for r in dropped.report.layers] == [q.nbytes for q in kept.quantized.values()]
+    for name, p in model.named_parameters():
+        assert torch.equal(p, exported[name]), name
+    dropped.restore()
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]), name

@@ -15,7 +15,7 @@ AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-lay
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +77,10 @@ def check_layers(model: Any, recipe: Recipe) -> dict[str, Any]:
     return chosen
 
 
-def prepare(loaded: Any, recipe: Recipe) -> Prepared:
-    """Install the recipe into loaded.model (see the module docstring)."""
+def prepare(loaded: Any, recipe: Recipe, keep_codes: bool = True) -> Prepared:
+    """Install the recipe into loaded.model (see the module docstring). `keep_codes=False` (an evaluation
+    candidate, which needs only the values): a recipe's or a scheme's codes are made one layer at a time and
+    dropped once installed, so `Prepared.quantized` stays empty."""
     from precisionlab.quant import quantize
 
     model = loaded.model
@@ -86,20 +88,25 @@ def prepare(loaded: Any, recipe: Recipe) -> Prepared:
     if recipe.stored:
         return _install_stored(loaded, recipe)
     if recipe.layers:
-        quantized = {n: quantize(chosen[n].weight.detach().float().numpy(), s) for n, s in recipe.layers.items()}
-        return _install_codes(loaded, recipe, quantized, float_layers(model, recipe))
+        floats = float_layers(model, recipe)
+        codes = ((n, quantize(chosen[n].weight.detach().float().numpy(), s)) for n, s in recipe.layers.items())
+        return _install_codes(loaded, recipe, codes, floats, keep_codes)
     assert recipe.scheme is not None
-    quantized = {}
-    seen: set[int] = set()
-    for name, module in chosen.items():  # each weight once (a tied one under its first name), as quantize_weights
-        if id(module.weight) in seen:
-            continue
-        seen.add(id(module.weight))
-        try:
-            quantized[name] = quantize(module.weight.detach().float().numpy(), recipe.scheme)
-        except ValueError as exc:
-            raise ValueError(f"{recipe.scheme} cannot quantize {name}: {exc}") from None
-    return _install_codes(loaded, recipe, quantized)
+    scheme = recipe.scheme
+
+    def scheme_codes() -> Iterator[tuple[str, Any]]:
+        seen: set[int] = set()
+        for name, module in chosen.items():  # each weight once (a tied one under its first name), as quantize_weights
+            if id(module.weight) in seen:
+                continue
+            seen.add(id(module.weight))
+            try:
+                q = quantize(module.weight.detach().float().numpy(), scheme)
+            except ValueError as exc:
+                raise ValueError(f"{scheme} cannot quantize {name}: {exc}") from None
+            yield name, q
+
+    return _install_codes(loaded, recipe, scheme_codes(), keep=keep_codes)
 
 
 FLOAT_WIDTHS = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
@@ -124,27 +131,31 @@ def float_layers(model: Any, recipe: Recipe) -> dict[str, str]:
     return out
 
 
-def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any],
-                   floats: dict[str, str] | None = None) -> Prepared:
-    """Each layer's dequantized codes, and each float layer rounded to its width (the values the search
-    evaluated; export then writes them at --float-dtype, so they stay exact in any width that holds them)."""
+def _install_codes(loaded: Any, recipe: Recipe, codes: Iterable[tuple[str, Any]],
+                   floats: dict[str, str] | None = None, keep: bool = True) -> Prepared:
+    """Each layer's dequantized codes (`codes`: (layer, QuantizedTensor), read one at a time), and each float layer
+    rounded to its width (the values the search evaluated; export then writes them at --float-dtype, so they stay
+    exact in any width that holds them). The codes are kept in `Prepared.quantized` when `keep`."""
     from precisionlab.ptq.install import install
 
     floats = floats or {}
-
     modules = dict(loaded.model.named_modules())
+    quantized: dict[str, Any] = {}
+    stored: dict[str, int] = {}
 
     def values() -> Iterator[tuple[str, Any]]:  # one layer's values at a time
         import torch
 
-        for name, q in quantized.items():
+        for name, q in codes:
+            stored[name] = q.nbytes
+            if keep:
+                quantized[name] = q
             yield name, q.dequantize()
         for name, width in floats.items():
             weight = modules[name].weight
+            stored[name] = weight.numel() * FLOAT_WIDTHS[width][1]
             yield name, weight.detach().to(getattr(torch, FLOAT_WIDTHS[width][0])).to(weight.dtype)
 
-    stored = {n: q.nbytes for n, q in quantized.items()}
-    stored.update({n: modules[n].weight.numel() * FLOAT_WIDTHS[w][1] for n, w in floats.items()})
     report = install(loaded.model, values(), stored, recipe.description)
     return Prepared(loaded, recipe, report, quantized)
 
