@@ -181,7 +181,9 @@ def test_a_finished_report_replaces_the_old_one_whole(run_cli, tmp_path: Path) -
     assert (report / "quant_drill_rest_error_vs_group.png").is_file()
     assert run_cli("run", "--only", "formats", "--out", str(report)).exit_code == 0
     names = sorted(p.name for p in report.iterdir())
-    assert names == ["formats_range_vs_precision.png", "index.html", "results.json"]  # the drill's PNG is gone
+    # the drill's PNGs are gone; the formats figure has its wide and its phone-width drawing
+    assert names == ["formats_range_vs_precision.png", "formats_range_vs_precision_narrow.png", "index.html",
+                     "results.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
 
 
