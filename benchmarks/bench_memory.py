@@ -2,6 +2,7 @@
 
     nice python3 benchmarks/bench_memory.py [--hidden 2048 --intermediate 8192 --layers 20 --vocab 49152]
         [--dir DIR] [--keep] [--size 0.05] [--calib-size 512] [--threads 2] [--cases load,eval,ptq]
+        [--schemes int8:row,int4:g64]   (eval's plain candidates; "" for the recipe alone)
 
 1. Writes a Llama config (SmolLM2's tokenizer, so the vocabulary is 49152 by default), counts its parameters
    by formula (checked against the built model), builds it with random weights (seeded) in a child process and
@@ -117,8 +118,9 @@ def child_case(args: argparse.Namespace) -> None:
 def case_argv(case: str, directory: Path, work: Path, args: argparse.Namespace) -> list[str]:
     threads = ["--threads", str(args.threads)]
     if case == "eval":
-        return ["eval", "--model", str(directory), "--schemes", "int8:row,int4:g64", "--from",
-                str(work / "recipe.json"), "--tasks", "ppl", "--size", str(args.size), "--no-cache",
+        schemes = ["--schemes", args.schemes] if args.schemes else []  # "": the recipe alone
+        return ["eval", "--model", str(directory), *schemes, "--from", str(work / "recipe.json"), "--tasks", "ppl",
+                "--size", str(args.size), "--no-cache",
                 "--resamples", "1000", "--out", str(work / "eval-out"), *threads]
     if case == "ptq":
         return ["ptq", "--model", str(directory), "--method", "gptq", "--scheme", "int4:g64", "--blocks", "0,1",
@@ -167,6 +169,7 @@ def main() -> None:
     parser.add_argument("--calib-size", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cases", default="load,eval,ptq")
+    parser.add_argument("--schemes", default="int8:row,int4:g64", help="eval's plain candidates (\"\": none)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("argv", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
