@@ -28,12 +28,12 @@ the candidates elsewhere, one candidate per task, each worker loading the model 
 reference stays in this process and its arrays are sent to every worker once. The EvalRun equals the serial
 one bit for bit.
 
-Memory: the model once. While a candidate is applied its selected weights hold the dequantized
-values in their own storage and the originals wait on disk (models.weights' `spill_dir`, a
-temporary directory under the cache root, removed afterwards), read back one layer at a time for the layer-output
-error and all at once to restore the model; beside it, one batch of logits (PPL_TOKEN_BUDGET
-tokens × vocabulary floats). Keeping the originals in memory instead cost a second copy of the
-selected weights (0.43 GB for SmolLM2's block linears): a peak of 3.25× the fp32 model, now 2.45×.
+Memory: the model once. While a candidate is applied its selected weights hold the new values in their own
+storage and the originals wait on disk (models.weights.replace_weights: a plain candidate spills every one to a
+temporary directory under the cache root; a prepared one keeps up to SPILL_ABOVE bytes of them in memory and
+spills the rest there), read back one layer at a time for the layer-output error and to restore the model;
+no weight it does not replace is copied. Beside it, one batch of logits (PPL_TOKEN_BUDGET tokens × vocabulary
+floats). The bill per command, measured on a 1.5 B Llama: docs/eval.md, "Memory: what each command holds".
 """
 
 from __future__ import annotations
@@ -352,11 +352,12 @@ def _check_candidates(loaded: Any, candidates: Sequence[Candidate]) -> None:
 def _applied(loaded: Any, candidate: Candidate, include: Sequence[str],
              exclude: Sequence[str] | None) -> Iterator[tuple[Any, int, Callable[[], Any] | None]]:
     from precisionlab.models.hooks import SchemeKV, activation_quantization, quantized_cache
-    from precisionlab.models.weights import quantize_weights
+    from precisionlab.models.weights import quantize_weights, spilling_to
 
     with tempfile.TemporaryDirectory(prefix="precisionlab-originals-", dir=spill_parent()) as spill:
         if candidate.prepare is not None:  # a prepared candidate installs its own weights (eval.candidates)
-            report = candidate.prepare(loaded.model, include, exclude)
+            with spilling_to(spill):  # its originals past models.weights.SPILL_ABOVE wait in the same place
+                report = candidate.prepare(loaded.model, include, exclude)
         else:
             report = (quantize_weights(loaded.model, candidate.weights, include, exclude, spill_dir=Path(spill))
                       if candidate.weights else None)

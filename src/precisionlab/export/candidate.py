@@ -55,6 +55,6 @@ def recipe_candidate(recipe: Recipe, label: str) -> Any:
     from precisionlab.export.plan import prepare
 
     def install(model: Any, include: Sequence[str], exclude: Sequence[str] | None) -> Any:
-        return prepare(SimpleNamespace(model=model), recipe).report
+        return prepare(SimpleNamespace(model=model), recipe, keep_codes=False).report  # values only
 
     return Candidate(recipe.scheme or "mixed", name=label, prepare=install)

@@ -7,15 +7,16 @@
 
 A float recipe (kind FLOAT, `export --scheme none`) installs nothing: the model's own values, each tensor
 written at --float-dtype. The weights are installed the way the evaluation installs them, so the model
-afterwards holds exactly what was evaluated: a scheme (--scheme, a ladder step) through
-`models.weights.quantize_weights` (eval's plain candidates); saved codes (a ptq --save file, a GPTQ / AWQ
-ladder step) through `ptq.install.install_result` (eval's PTQ candidates: AWQ's folds first, then each layer's
-dequantized codes); a recipe.json's per-layer schemes through `ptq.install.install`, each layer rounded to
-nearest under its own scheme.
+afterwards holds exactly what was evaluated: a scheme (--scheme, a ladder step) rounded to nearest per layer, each weight once, through
+`ptq.install.install` (the values of `models.weights.quantize_weights`, eval's plain candidates); saved codes
+(a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result` (eval's PTQ candidates:
+AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer schemes through
+`ptq.install.install`, each layer rounded to nearest under its own scheme.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,8 +92,10 @@ class _Unchanged:
         return None
 
 
-def prepare(loaded: Any, recipe: Recipe) -> Prepared:
-    """Install the recipe into loaded.model (see the module docstring)."""
+def prepare(loaded: Any, recipe: Recipe, keep_codes: bool = True) -> Prepared:
+    """Install the recipe into loaded.model (see the module docstring). `keep_codes=False` (an evaluation
+    candidate, which needs only the values): a recipe's or a scheme's codes are made one layer at a time and
+    dropped once installed, so `Prepared.quantized` stays empty."""
     from precisionlab.quant import quantize
 
     model = loaded.model
@@ -102,20 +105,25 @@ def prepare(loaded: Any, recipe: Recipe) -> Prepared:
     if recipe.stored:
         return _install_stored(loaded, recipe)
     if recipe.layers:
-        originals = {n: chosen[n].weight.detach().float().numpy() for n in recipe.layers}
-        quantized = {n: quantize(originals[n], s) for n, s in recipe.layers.items()}
-        return _install_codes(loaded, recipe, quantized, float_layers(model, recipe))
-    from precisionlab.models.weights import quantize_weights
-
+        floats = float_layers(model, recipe)
+        codes = ((n, quantize(chosen[n].weight.detach().float().numpy(), s)) for n, s in recipe.layers.items())
+        return _install_codes(loaded, recipe, codes, floats, keep_codes)
     assert recipe.scheme is not None
-    originals = {n: m.weight.detach().float().numpy().copy() for n, m in chosen.items()}
-    report = quantize_weights(model, recipe.scheme, recipe.include, recipe.exclude)
-    skipped = report.skipped
-    if skipped:
-        report.restore()
-        raise ValueError(f"{recipe.scheme} cannot quantize {skipped[0].name}: {skipped[0].note}")
-    quantized = {r.name: quantize(originals[r.name], recipe.scheme) for r in report.quantized}
-    return Prepared(loaded, recipe, report, quantized)
+    scheme = recipe.scheme
+
+    def scheme_codes() -> Iterator[tuple[str, Any]]:
+        seen: set[int] = set()
+        for name, module in chosen.items():  # each weight once (a tied one under its first name), as quantize_weights
+            if id(module.weight) in seen:
+                continue
+            seen.add(id(module.weight))
+            try:
+                q = quantize(module.weight.detach().float().numpy(), scheme)
+            except ValueError as exc:
+                raise ValueError(f"{scheme} cannot quantize {name}: {exc}") from None
+            yield name, q
+
+    return _install_codes(loaded, recipe, scheme_codes(), keep=keep_codes)
 
 
 FLOAT_WIDTHS = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2)}
@@ -140,36 +148,38 @@ def float_layers(model: Any, recipe: Recipe) -> dict[str, str]:
     return out
 
 
-def _install_codes(loaded: Any, recipe: Recipe, quantized: dict[str, Any],
-                   floats: dict[str, str] | None = None) -> Prepared:
-    """Each layer's dequantized codes, and each float layer rounded to its width (the values the search
-    evaluated; export then writes them at --float-dtype, so they stay exact in any width that holds them)."""
+def _install_codes(loaded: Any, recipe: Recipe, codes: Iterable[tuple[str, Any]],
+                   floats: dict[str, str] | None = None, keep: bool = True) -> Prepared:
+    """Each layer's dequantized codes (`codes`: (layer, QuantizedTensor), read one at a time), and each float layer
+    rounded to its width (the values the search evaluated; export then writes them at --float-dtype, so they stay
+    exact in any width that holds them). The codes are kept in `Prepared.quantized` when `keep`."""
     from precisionlab.ptq.install import install
 
     floats = floats or {}
+    modules = dict(loaded.model.named_modules())
+    quantized: dict[str, Any] = {}
+    stored: dict[str, int] = {}
 
-    def write(model: Any) -> None:
+    def values() -> Iterator[tuple[str, Any]]:  # one layer's values at a time
         import torch
 
-        modules = dict(model.named_modules())
-        with torch.no_grad():
-            for name, q in quantized.items():
-                weight = modules[name].weight
-                weight.copy_(torch.from_numpy(q.dequantize()).to(weight.dtype))
-            for name, width in floats.items():
-                weight = modules[name].weight
-                weight.copy_(weight.to(getattr(torch, FLOAT_WIDTHS[width][0])).to(weight.dtype))
+        for name, q in codes:
+            stored[name] = q.nbytes
+            if keep:
+                quantized[name] = q
+            yield name, q.dequantize()
+        for name, width in floats.items():
+            weight = modules[name].weight
+            stored[name] = weight.numel() * FLOAT_WIDTHS[width][1]
+            yield name, weight.detach().to(getattr(torch, FLOAT_WIDTHS[width][0])).to(weight.dtype)
 
-    stored = {n: q.nbytes for n, q in quantized.items()}
-    modules = dict(loaded.model.named_modules())
-    stored.update({n: modules[n].weight.numel() * FLOAT_WIDTHS[w][1] for n, w in floats.items()})
-    report = install(loaded.model, write, stored, recipe.description)
+    report = install(loaded.model, values(), stored, recipe.description)
     return Prepared(loaded, recipe, report, quantized)
 
 
 def _install_stored(loaded: Any, recipe: Recipe) -> Prepared:
     """Saved codes, as the evaluation's PTQ candidate installs them (ptq.install.install_result)."""
-    from precisionlab.ptq.install import install_result, write_weights
+    from precisionlab.ptq.install import install_result
     from precisionlab.ptq.run import PTQResult
     from precisionlab.ptq.structure import scale_groups
 
@@ -184,5 +194,5 @@ def _install_stored(loaded: Any, recipe: Recipe) -> Prepared:
     scheme = recipe.scheme or "mixed"
     result = PTQResult(recipe.method if recipe.method in ("rtn", "gptq", "awq") else "rtn", scheme, [],
                        quantized=dict(recipe.stored), folds=folds)
-    report = install_result(model, result, lambda m: write_weights(m, result), recipe.description)
+    report = install_result(model, result, label=recipe.description)
     return Prepared(loaded, recipe, report, dict(recipe.stored))

@@ -27,21 +27,22 @@ Bytes (`model_bytes`): each quantized tensor's `QuantizedTensor.nbytes` (codes, 
 points, padding) plus every other parameter at its stored width (element_size), each tensor
 once. Buffers (rotary tables, position ids) are not weights and are not counted.
 
-Memory (`spill_dir`). By default the originals stay in memory to be restored, so a quantized
-model holds its selected weights twice. With `spill_dir`, each original is written there
-(one safetensors file per weight, through the safetensors library) and the dequantized values
-are copied into the weight's own storage; `restore()` reads the files back into place, and
-`report.original(parameter)` reads one when it is needed (the eval runner's layer-output
-error). The model is then held once: a weight memory-mapped from a checkpoint (transformers'
-safetensors loading, private and copy-on-write) trades its file pages for the written ones.
+Memory. The weights are substituted by `replace_weights` (models.replace, the one substitution
+every command uses): only the selected weights' originals are kept, in memory up to SPILL_ABOVE
+bytes, on disk past it (one safetensors file per weight); a spilled weight takes the dequantized
+values in its own storage, so the model is held once. With `spill_dir`, every original is written
+there (the eval runner's plain candidates); `restore()` reads the files back into place, and
+`report.original(parameter)` reads one when it is needed (the eval runner's layer-output error).
+A weight memory-mapped from a checkpoint (private and copy-on-write) trades its file pages for
+the written ones.
 
 Errors per layer (`layer_errors`, sums in float64): rel_err = ||W_hat - W|| / ||W||,
 SQNR = 10 log10(sum W^2 / sum (W_hat - W)^2); the report's totals pool the sums over the quantized
 layers. `unchanged` marks a layer the scheme reproduced bit for bit: its grid already holds the weights
 (see models.loading's grid caveat).
 
-Undoing (`Undo`). A report carries what it replaced: each weight with its original (a tensor, or the
-Path of its spill file), and the steps to run before the weights go back (another installer's
+Undoing (`Undo`). A report carries what it replaced (the `replace_weights` handle: each weight with its
+original, a tensor or the Path of its spill file), and the steps to run before the weights go back (another installer's
 forward-time behaviour: ptq.install). `restore()` runs them. A report built by another installer passes
 its own `Undo` (and, where a layer-output error must not compare against the original, `references`
 and `output_scales`).
@@ -62,12 +63,17 @@ import numpy as np
 
 from precisionlab import peers
 from precisionlab.models.loading import unique_parameters
+from precisionlab.models.replace import SPILL_ABOVE, ReplacedWeights, replace_weights, spilling_to
 from precisionlab.quant import parse_scheme, quantize
 
 DEFAULT_EXCLUDE = ("lm_head", "*embed*")
 """Left in high precision unless the caller says otherwise: output heads and embedding tables."""
 
 LINEAR, EMBEDDING, CONV1D = "linear", "embedding", "conv1d"
+
+__all__ = ["CONV1D", "DEFAULT_EXCLUDE", "EMBEDDING", "LINEAR", "SPILL_ABOVE", "LayerRecord", "QuantizationReport",
+           "ReplacedWeights", "Undo", "layer_errors", "layer_kind", "linear_layers", "quantize_weights",
+           "quantized_weights", "replace_weights", "spilling_to"]
 
 
 @dataclass
@@ -109,17 +115,16 @@ class LayerRecord:
 class Undo:
     """What a report replaced and how to put it back.
 
-        undo = Undo([(parameter, original), ...])   original: a tensor, or the Path of the safetensors file
-                                                    holding it (spilled)
+        undo = Undo(replace_weights(model, new))    the handle of the replaced weights (models.replace)
         undo.first(step)                            a step restore() runs before the weights go back
                                                     (last added, first run)
         undo.replaced / undo.original(parameter) / undo.restore()
 
-    restore() is idempotent: an in-memory original becomes the parameter's data again; a spilled one is read
-    and copied into the parameter's storage, and its file removed."""
+    restore() is idempotent: the steps, then the handle's restore() (in-memory originals become the parameters'
+    data again, spilled ones are read back into the parameters' storage and their files removed)."""
 
-    def __init__(self, weights: list[tuple[Any, Any]] | None = None) -> None:
-        self._weights: list[tuple[Any, Any]] = list(weights or [])
+    def __init__(self, replaced: ReplacedWeights | None = None) -> None:
+        self._replaced = replaced
         self._steps: list[Callable[[], Any]] = []
 
     def first(self, step: Callable[[], Any]) -> None:
@@ -127,28 +132,34 @@ class Undo:
         self._steps.append(step)
 
     @property
+    def weights(self) -> ReplacedWeights | None:
+        """The handle of the replaced weights (names, held_bytes, spilled_bytes), None when nothing was replaced."""
+        return self._replaced
+
+    @property
     def replaced(self) -> list[Any]:
-        return [parameter for parameter, _ in self._weights]
+        return self._replaced.parameters if self._replaced is not None else []
 
     def original(self, parameter: Any) -> Any:
         """The original tensor of a replaced weight (read from its file when spilled); KeyError otherwise."""
-        for param, original in self._weights:
-            if param is parameter:
-                return _read_spilled(original) if isinstance(original, Path) else original
-        raise KeyError("this parameter was not replaced by the report's scheme")
+        if self._replaced is None:
+            raise KeyError("this parameter was not replaced by the report's scheme")
+        try:
+            return self._replaced.original(parameter)
+        except KeyError:
+            raise KeyError("this parameter was not replaced by the report's scheme") from None
 
     @property
     def originals(self) -> list[tuple[Any, Any]]:
-        return [(param, _read_spilled(original) if isinstance(original, Path) else original)
-                for param, original in self._weights]
+        return [(param, self.original(param)) for param in self.replaced]
 
     def restore(self) -> None:
         try:
             while self._steps:
                 self._steps.pop()()
         finally:
-            _put_back(self._weights)
-            self._weights.clear()
+            if self._replaced is not None:
+                self._replaced.restore()
 
 
 @dataclass
@@ -303,10 +314,10 @@ def quantize_weights(model: Any, scheme: str, include: Sequence[str] = (),
     selected = linear_layers(module_tree, include, exclude)
     tied = _tied_names(module_tree)
     records: list[LayerRecord] = []
-    originals: list[tuple[Any, Any]] = []
     done: dict[int, LayerRecord] = {}
     quantized_bytes: dict[int, int] = {}
-    try:
+
+    def values() -> Iterator[tuple[str, Any]]:
         for name, module in selected.items():
             weight = module.weight
             key = id(weight)
@@ -318,23 +329,16 @@ def quantize_weights(model: Any, scheme: str, include: Sequence[str] = (),
             records.append(record)
             done[key] = record
             if new is not None:
-                if spill_dir is None:
-                    originals.append((weight, weight.data))
-                    weight.data = new
-                else:
-                    path = _spill(weight.data, Path(spill_dir), len(originals))
-                    originals.append((weight, path))
-                    with torch.no_grad():
-                        weight.data.copy_(new)
                 quantized_bytes[key] = record.nbytes
-    except BaseException:
-        _put_back(originals)
-        raise
+                yield name, new
+
+    replaced = replace_weights(module_tree, values(), spill_above=0 if spill_dir is not None else None,
+                               spill_dir=spill_dir)
     parameters = unique_parameters(module_tree)
     reference = sum(p.numel() * p.element_size() for p in parameters)
     model_bytes = sum(quantized_bytes.get(id(p), p.numel() * p.element_size()) for p in parameters)
     return QuantizationReport(canonical, records, model_bytes, reference, time.perf_counter() - start,
-                              Undo(originals))
+                              Undo(replaced))
 
 
 def _quantize_one(name: str, kind: str, weight: Any, scheme: str) -> tuple[LayerRecord, Any]:
@@ -365,35 +369,6 @@ def _quantize_one(name: str, kind: str, weight: Any, scheme: str) -> tuple[Layer
     record = LayerRecord(name, kind, shape, source_bytes, q.nbytes, True, rel, sqnr, signal, noise,
                          unchanged=unchanged, padded=q.padded_elements, note=note)
     return record, new
-
-
-def _spill(tensor: Any, directory: Path, index: int) -> Path:
-    """Write one original weight to directory/original_<index>.safetensors (exact, any dtype)."""
-    from safetensors.torch import save_file
-
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"original_{index}.safetensors"
-    save_file({"weight": tensor.detach().contiguous()}, str(path))
-    return path
-
-
-def _read_spilled(path: Path) -> Any:
-    from safetensors.torch import load_file
-
-    return load_file(str(path))["weight"]
-
-
-def _put_back(originals: list[tuple[Any, Any]]) -> None:
-    """Restore each weight: an in-memory original becomes the parameter's data again; a spilled one is read
-    and copied into the parameter's storage, and its file removed."""
-    torch = peers.torch()
-    for parameter, original in originals:
-        if isinstance(original, Path):
-            with torch.no_grad():
-                parameter.data.copy_(_read_spilled(original))
-            original.unlink(missing_ok=True)
-        else:
-            parameter.data = original
 
 
 def layer_errors(reference: np.ndarray, values: np.ndarray) -> tuple[float, float, float, float]:

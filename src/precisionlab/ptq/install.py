@@ -6,10 +6,12 @@
 
     apply_result(model, result)    # a weight-only PTQResult written into the model for good
     write_weights(model, result)   # the weight part of any PTQResult (its folds, its dequantized weights)
+    result_weights(model, result)  # the same values, (name, tensor) one at a time, nothing written
 
-`change(model)` writes whatever it writes in place (a PTQResult's dequantized weights and AWQ's
-folds: `write_weights`; the ladder's outlier-column weights); every parameter is snapshotted first and only the
-ones that changed are kept to restore. The report is a `models.weights.QuantizationReport`, the
+`change` gives the new values, name -> tensor (a PTQResult's dequantized weights and AWQ's folds:
+`result_weights`; the ladder's outlier-column weights), written by `models.weights.replace_weights`: only the
+weights it names are snapshotted (in memory up to its SPILL_ABOVE, spilled to disk past it), none other is
+copied, and restore() puts them back bit for bit. The report is a `models.weights.QuantizationReport`, the
 record the evaluation reads for any candidate: one record per layer named in `stored_bytes`
 (its bytes as stored: codes, scales, zero points, padding and kept fp16 columns), errors of the
 new weight against the original, and `unchanged` when the new weight equals it bit for bit
@@ -40,10 +42,12 @@ undo step of the report's `models.weights.Undo`):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,44 +56,65 @@ from precisionlab import peers
 from precisionlab.models.weights import LayerRecord, QuantizationReport, Undo, layer_errors
 
 Forward = Callable[[Any], AbstractContextManager[Any]]
+NewWeights = Mapping[str, Any] | Iterable[tuple[str, Any]]
+Change = NewWeights | Callable[[Any], NewWeights]
+"""What `install` writes: name -> values, or a function of the model that returns them (models.replace's names)."""
 KIVI_PREFILL = 1
 """Tokens prefilled in full precision before KIVI's decoding starts: the sequence's first (BOS / prefix) token."""
 
 
-def install(model: Any, change: Callable[[Any], None], stored_bytes: Mapping[str, int], label: str,
-            forward: Forward | None = None) -> Any:
-    """Apply `change(model)`, enter `forward(model)` when given, and return a QuantizationReport that undoes
-    both (see the module docstring)."""
+def install(model: Any, new: Change, stored_bytes: Mapping[str, int], label: str,
+            forward: Forward | None = None, *, spill_above: int | None = None,
+            spill_dir: str | Path | None = None) -> Any:
+    """Write `new` into the model (models.weights.replace_weights: only the replaced weights' originals are kept),
+    enter `forward(model)` when given, and return a QuantizationReport that undoes both (module docstring).
+
+    `new` is name -> values (a Mapping, or an iterable of pairs read one at a time), or `new(model)` returning one;
+    `stored_bytes` (layer name -> bytes as stored) is read once the values are written, so a generator may fill
+    it as it goes. The errors of a record compare the layer's new weight (at its dtype) with its original."""
     torch = peers.torch("installing weights")
     from precisionlab.models.loading import unique_parameters
-    from precisionlab.models.weights import layer_kind
+    from precisionlab.models.weights import layer_kind, replace_weights
 
     start = time.perf_counter()
-    parameters = unique_parameters(model)
-    before = [p.detach().clone() for p in parameters]
-    try:
-        change(model)
-    except BaseException:
-        with torch.no_grad():
-            for p, old in zip(parameters, before, strict=True):
-                p.data = old
-        raise
-    changed = [(p, old) for p, old in zip(parameters, before, strict=True) if not torch.equal(p.data, old)]
-    old_by_id = {id(p): old for p, old in zip(parameters, before, strict=True)}
+    values = new(model) if callable(new) else new
+    if values is None:
+        raise TypeError("install needs the new weights (name -> values), not a function that writes them in place")
     modules = dict(model.named_modules())
-    records = []
-    bytes_by_param: dict[int, int] = {}
-    for name, nbytes in stored_bytes.items():
-        module = modules.get(name)
-        if module is None or getattr(module, "weight", None) is None:
-            raise ValueError(f"the model has no layer named {name!r}")
-        weight = module.weight
-        old = old_by_id.get(id(weight), weight.detach())
-        records.append(_record(name, layer_kind(module) or "linear", old, weight.detach(), int(nbytes)))
-        bytes_by_param[id(weight)] = int(nbytes)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    kinds = {id(m.weight): kind for n, m in modules.items() if n and (kind := layer_kind(m)) is not None}
+    measured: dict[int, LayerRecord] = {}
+
+    def measuring() -> Iterator[tuple[str, Any]]:
+        items = values.items() if isinstance(values, Mapping) else values
+        for name, value in items:
+            param = params.get(name, getattr(modules.get(name), "weight", None))
+            if param is not None and id(param) in kinds and id(param) not in measured:
+                after = torch.as_tensor(value).detach().to(param.dtype)
+                measured[id(param)] = _record(name, kinds[id(param)], param.detach(), after, 0)
+            yield name, value
+
+    replaced = replace_weights(model, measuring(), spill_above=spill_above, spill_dir=spill_dir)
+    try:
+        records = []
+        bytes_by_param: dict[int, int] = {}
+        for name, nbytes in stored_bytes.items():
+            module = modules.get(name)
+            if module is None or getattr(module, "weight", None) is None:
+                raise ValueError(f"the model has no layer named {name!r}")
+            weight = module.weight
+            record = measured.get(id(weight))
+            if record is None:  # a layer the change left as it was
+                record = _record(name, layer_kind(module) or "linear", weight.detach(), weight.detach(), 0)
+            records.append(dataclasses.replace(record, name=name, nbytes=int(nbytes)))
+            bytes_by_param[id(weight)] = int(nbytes)
+    except BaseException:
+        replaced.restore()
+        raise
+    parameters = unique_parameters(model)
     reference = sum(p.numel() * p.element_size() for p in parameters)
     model_bytes = sum(bytes_by_param.get(id(p), p.numel() * p.element_size()) for p in parameters)
-    undo = Undo(changed)
+    undo = Undo(replaced)
     report = QuantizationReport(label, records, model_bytes, reference, time.perf_counter() - start, undo)
     if forward is not None:
         behaviour = contextlib.ExitStack()
@@ -120,7 +145,7 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
 
     name = label or f"{result.method}:{result.scheme}"
     forward = forward_behaviour(result)
-    change = (lambda model: None) if result.method == "kivi" else (lambda model: write_weights(model, result))
+    change: Change | None = {} if result.method == "kivi" else None  # None: result_weights
 
     def prepare(model: Any, include: Sequence[str], exclude: Sequence[str] | None) -> Any:
         behaviour = forward
@@ -133,14 +158,16 @@ def ptq_candidate(result: Any, label: str | None = None) -> Any:
     return Candidate(result.scheme, name=name, prepare=prepare)
 
 
-def install_result(model: Any, result: Any, change: Callable[[Any], None], label: str,
+def install_result(model: Any, result: Any, change: Change | None = None, label: str | None = None,
                    forward: Forward | None = None, stored_bytes: Mapping[str, int] | None = None) -> Any:
-    """`install` of a PTQResult (`change` writes it, e.g. `write_weights`): its layers at their stored bytes
-    (`stored_bytes`, by default every quantized layer's `nbytes`), with the references a folded result's
-    layer-output errors need (`folded_references`, taken before anything is written)."""
+    """`install` of a PTQResult: `change` (by default `result_weights`: its folds, then its dequantized layers),
+    its layers at their stored bytes (`stored_bytes`, by default every quantized layer's `nbytes`), with the
+    references a folded result's layer-output errors need (`folded_references`, taken before anything is
+    written)."""
     references, output_scales = folded_references(model, result)
     stored = stored_bytes if stored_bytes is not None else {n: q.nbytes for n, q in result.quantized.items()}
-    report = install(model, change, stored, label, forward)
+    new = change if change is not None else (lambda m: result_weights(m, result))
+    report = install(model, new, stored, label or f"{result.method} {result.scheme}", forward)
     report.references.update(references)
     report.output_scales.update(output_scales)
     return report
@@ -162,19 +189,31 @@ def apply_result(model: Any, result: Any) -> None:
 
 
 def write_weights(model: Any, result: Any) -> None:
-    """The weight part of any method's result, in place: the folds (AWQ's, SmoothQuant's), then every quantized
-    layer's dequantized weight. For smoothquant and llm_int8 the model is then only half installed: their
-    activation quantization runs at forward time (`forward_behaviour`); kivi changes no weight."""
+    """The weight part of any method's result, in place and for good (`result_weights`' values copied into the
+    weights). For smoothquant and llm_int8 the model is then only half installed: their activation quantization
+    runs at forward time (`forward_behaviour`); kivi changes no weight."""
     torch = peers.torch("apply")
-    from precisionlab.ptq.structure import fold_scales
+    params = dict(model.named_parameters(remove_duplicate=False))
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for name, value in result_weights(model, result):
+            param = params[name] if name in params else modules[name].weight
+            param.copy_(torch.as_tensor(value).to(param.dtype))
+
+
+def result_weights(model: Any, result: Any) -> Iterator[tuple[str, Any]]:
+    """(name, new values) of a result, one at a time, nothing written: its folds (AWQ's, SmoothQuant's:
+    `ptq.structure.fold_values`, the parameters they touch that no quantized layer overwrites), then every
+    quantized layer's dequantized weight (what a kernel reading the stored weight computes with)."""
+    torch = peers.torch("apply")
+    from precisionlab.ptq.structure import fold_values
 
     modules = dict(model.named_modules())
-    for group, scales in result.folds:
-        fold_scales(model, group, scales)
-    with torch.no_grad():
-        for name, q in result.quantized.items():
-            weight = modules[name].weight
-            weight.copy_(torch.from_numpy(q.dequantize()).to(weight.dtype))
+    if result.folds:
+        overwritten = {id(modules[n].weight) for n in result.quantized}
+        yield from fold_values(model, result.folds, skip=overwritten).items()
+    for name, q in result.quantized.items():
+        yield name, torch.from_numpy(q.dequantize())
 
 
 def folded_references(model: Any, result: Any) -> tuple[dict[int, Any], dict[int, Any]]:

@@ -16,6 +16,7 @@
         mlp.up_proj                 mlp.down_proj               down_proj
 
     fold_scales(model, group, s)   the fold, in place
+    fold_values(model, folds)      the values the folds give the parameters they touch, nothing written
     fold_check(model, groups, batch)   max relative change of the logits when every group is folded
                                 with random scales (the model restored after): what makes a fold safe
 
@@ -132,22 +133,41 @@ def fold_scales(model: Any, group: ScaleGroup, scales: Any) -> None:
     """Fold per-input-channel scales s into the model, in place: prev op / s (by its rule), the layers' input
     columns * s. The float model computes the same function (up to rounding); see the module docstring."""
     torch = peers.torch("folding scales")
-    modules = dict(model.named_modules())
-    prev = modules[group.prev]
+    params = dict(model.named_parameters(remove_duplicate=False))
     with torch.no_grad():
+        for name, value in fold_values(model, [(group, scales)]).items():
+            params[name].copy_(value)
+
+
+def fold_values(model: Any, folds: Iterable[tuple[ScaleGroup, Any]], skip: Iterable[int] = ()) -> dict[str, Any]:
+    """Parameter name -> its values after every (group, scales) of `folds` is folded in turn (fold_scales' rule),
+    nothing written: only the parameters the folds touch, each computed once from its current values (a
+    parameter in two folds composes them). `skip`: ids of parameters not wanted (a quantized layer, which is
+    overwritten anyway)."""
+    torch = peers.torch("folding scales")
+    modules = dict(model.named_modules())
+    skipped = set(skip)
+    current: dict[int, tuple[str, Any]] = {}
+
+    def update(name: str, param: Any, rule: Any) -> None:
+        if param is None or id(param) in skipped:
+            return
+        first, value = current.get(id(param), (name, param.detach()))
+        current[id(param)] = (first, rule(value.double()).to(param.dtype))
+
+    for group, scales in folds:
+        prev = modules[group.prev]
         s = torch.as_tensor(scales, dtype=torch.float64)
         if hasattr(prev, "out_features"):  # a previous linear: its output rows
-            prev.weight.copy_((prev.weight.double() / s[:, None]).to(prev.weight.dtype))
+            update(f"{group.prev}.weight", prev.weight, lambda w, s=s: w / s[:, None])
         elif group.norm_rule == ONE_PLUS:  # n(x) * (1 + w): 1 + w' = (1 + w) / s
-            prev.weight.copy_(((1.0 + prev.weight.double()) / s - 1.0).to(prev.weight.dtype))
+            update(f"{group.prev}.weight", prev.weight, lambda w, s=s: (1.0 + w) / s - 1.0)
         else:  # a norm n(x) * w: its elementwise weight
-            prev.weight.copy_((prev.weight.double() / s).to(prev.weight.dtype))
-        bias = getattr(prev, "bias", None)
-        if bias is not None:
-            bias.copy_((bias.double() / s).to(bias.dtype))
+            update(f"{group.prev}.weight", prev.weight, lambda w, s=s: w / s)
+        update(f"{group.prev}.bias", getattr(prev, "bias", None), lambda b, s=s: b / s)
         for name in group.layers:
-            layer = modules[name]
-            layer.weight.copy_((layer.weight.double() * s[None, :]).to(layer.weight.dtype))
+            update(f"{name}.weight", modules[name].weight, lambda w, s=s: w * s[None, :])
+    return dict(current.values())
 
 
 def fold_check(model: Any, groups: Sequence[ScaleGroup], batch: Any, seed: int = 0) -> float:
@@ -157,29 +177,20 @@ def fold_check(model: Any, groups: Sequence[ScaleGroup], batch: Any, seed: int =
     if not groups:
         return 0.0
     torch = peers.torch("folding scales")
+    from precisionlab.models.weights import replace_weights
     from precisionlab.ptq.calibration import run_batch
 
     modules = dict(model.named_modules())
-    touched: dict[int, Any] = {}
-    for g in groups:
-        prev = modules[g.prev]
-        for p in (prev.weight, getattr(prev, "bias", None), *(modules[n].weight for n in g.layers)):
-            if p is not None:
-                touched[id(p)] = p
-    saved = [(p, p.detach().clone()) for p in touched.values()]
     rng = np.random.default_rng(seed)
+    folds = [(g, np.exp(rng.uniform(-1.0, 1.0, int(modules[g.layers[0]].weight.shape[1])))) for g in groups]
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             before = _output(run_batch(model, batch)).double()
-            for g in groups:
-                fold_scales(model, g, np.exp(rng.uniform(-1.0, 1.0, int(modules[g.layers[0]].weight.shape[1]))))
-            after = _output(run_batch(model, batch)).double()
+            with replace_weights(model, fold_values(model, folds)):  # the touched parameters back bit for bit
+                after = _output(run_batch(model, batch)).double()
     finally:
-        with torch.no_grad():
-            for p, value in saved:
-                p.copy_(value)
         model.train(was_training)
     scale = float(before.abs().max())
     change = float((after - before).abs().max())

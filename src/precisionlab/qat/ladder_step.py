@@ -72,7 +72,7 @@ class QATStep:
     def __call__(self, evaluator: Any, model: Any, step: Any, selected: dict[str, Any]) -> Any:
         import torch
 
-        from precisionlab.ptq.install import install_result, write_weights
+        from precisionlab.ptq.install import install_result
         from precisionlab.qat.run import run_qat
 
         if step.name not in self.results:  # a grown evaluation of the rung reuses its training
@@ -93,4 +93,4 @@ class QATStep:
                                               progress=tick)
         result = self.results[step.name]
         evaluator.step_results[step.name] = result
-        return install_result(model, result, lambda m: write_weights(m, result), f"{step.name} {result.scheme}")
+        return install_result(model, result, label=f"{step.name} {result.scheme}")

@@ -200,24 +200,20 @@ def _fold(model: Any, folds: list[tuple[Any, np.ndarray]]) -> Any:
     if not folds:
         return None
     from precisionlab.ptq.install import install
-    from precisionlab.ptq.structure import fold_scales
+    from precisionlab.ptq.structure import fold_values
 
-    def change(m: Any) -> None:
-        for group, scales in folds:
-            fold_scales(m, group, scales)
-
-    return install(model, change, {}, "AWQ folds")
+    return install(model, lambda m: fold_values(m, folds), {}, "AWQ folds")
 
 
 def qat_candidate(result: QATResult, label: str | None = None) -> Any:
     """An eval Candidate installing the trained codes (and an AWQ start's folds), reversibly, at their bytes."""
     from precisionlab.eval.candidates import Candidate
-    from precisionlab.ptq.install import install_result, write_weights
+    from precisionlab.ptq.install import install_result
 
     name = label or f"qat:{result.scheme}"
 
     def prepare(model: Any, include: Sequence[str], exclude: Sequence[str] | None) -> Any:
-        return install_result(model, result, lambda m: write_weights(m, result), f"qat {result.scheme}")
+        return install_result(model, result, label=f"qat {result.scheme}")
 
     return Candidate(result.scheme, name=name, prepare=prepare)
 

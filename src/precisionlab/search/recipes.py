@@ -6,7 +6,8 @@
     assignment = load_recipe(path)                           # layer -> format, read back
 
 The candidate installs each layer's values in its format (`costs.layer_values`: a scheme's dequantized codes, a
-float width's rounding) through `ptq.install.install`, with the bytes the solver counted, so the evaluation's
+float width's rounding) through `ptq.install.install` (models.weights.replace_weights: only
+those layers' originals are kept), with the bytes the solver counted, so the evaluation's
 bits per weight and model bytes are the search's. A recipe.json holds, under "layers", the layers in a quant
 scheme, the form `precisionlab export --from recipe.json` ships unchanged (each layer round to nearest under its
 scheme); a layer kept at a float width (bf16) is no quant scheme and sits under "float_layers" (layer -> bf16 /
@@ -15,7 +16,7 @@ fp16), which export leaves in float: give `--float-dtype bf16` to store it as th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,27 +32,20 @@ def recipe_prepare(assignment: Mapping[str, str], label: str) -> Any:
     chosen = dict(assignment)
 
     def prepare(model: Any, include: Sequence[str] = (), exclude: Sequence[str] | None = None) -> Any:
-        from precisionlab import peers
         from precisionlab.ptq.install import install
 
-        torch = peers.torch()
         modules = dict(model.named_modules())
         missing = [n for n in chosen if n not in modules or getattr(modules[n], "weight", None) is None]
         if missing:
             raise ValueError(f"the model has no weight layer {missing[0]!r} (a recipe made on another model?)")
-        values: dict[str, Any] = {}
         stored: dict[str, int] = {}
-        for name, fmt in chosen.items():
-            values[name], stored[name] = layer_values(modules[name].weight.detach().float().numpy(), fmt)
 
-        def write(m: Any) -> None:
-            named = dict(m.named_modules())
-            with torch.no_grad():
-                for name, value in values.items():
-                    weight = named[name].weight
-                    weight.copy_(torch.from_numpy(value).to(weight.dtype))
+        def values() -> Iterator[tuple[str, Any]]:  # one layer's new values at a time
+            for name, fmt in chosen.items():
+                value, stored[name] = layer_values(modules[name].weight.detach().float().numpy(), fmt)
+                yield name, value
 
-        return install(model, write, stored, label)
+        return install(model, values(), stored, label)
 
     return prepare
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -120,22 +120,18 @@ class SensitivityContext:
 
     @contextmanager
     def applied(self, assignment: Mapping[str, str]) -> Any:
-        """The layers' weights replaced by their values in their formats; the originals back on exit."""
-        from precisionlab import peers
+        """The layers' weights replaced by their values in their formats (models.weights.replace_weights: only
+        their originals kept); the originals back on exit."""
+        from precisionlab.models.weights import replace_weights
 
-        torch = peers.torch()
         modules = dict(self.model.named_modules())
-        originals: list[tuple[Any, Any]] = []
-        try:
+
+        def values() -> Iterator[tuple[str, Any]]:
             for name, fmt in assignment.items():
-                weight = modules[name].weight
-                values, _ = layer_values(weight.detach().float().numpy(), fmt)
-                originals.append((weight, weight.data))
-                weight.data = torch.from_numpy(values).to(weight.dtype)
+                yield name, layer_values(modules[name].weight.detach().float().numpy(), fmt)[0]
+
+        with replace_weights(self.model, values()):
             yield
-        finally:
-            for weight, data in reversed(originals):
-                weight.data = data
 
     def proxy(self, units: Sequence[Any], formats: Sequence[str]) -> dict[tuple[str, str], float]:
         """The Fisher-weighted output error of every (unit, format) (module docstring), from one backward pass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from precisionlab.ptq.ladder.climb import GrowLimit, StepOutcome, combine
@@ -189,22 +189,25 @@ class ModelEvaluator:
             if step.method in self.methods:
                 return self.methods[step.method](self, model, step, selected)
             abs_max = self._input_magnitudes(model)
-            values: dict[str, Any] = {}
             stored: dict[str, int] = {}
-            seen: set[int] = set()
-            for name, module in selected.items():
-                if id(module.weight) in seen:  # a tied weight (SmolLM2's lm_head is its embedding): once
-                    continue
-                seen.add(id(module.weight))
-                w = module.weight.detach().float().numpy()
-                if name in abs_max:
-                    values[name], stored[name] = quantize_with_outliers(w, step.scheme, outlier_columns(abs_max[name]))
-                else:  # an embedding (one-hot inputs: no outlier column) or a layer outside the blocks
-                    from precisionlab.quant import quantize
 
-                    q = quantize(w, step.scheme)
-                    values[name], stored[name] = q.dequantize(), int(q.nbytes)
-            return install(model, _writer(values), stored, f"{step.name} {step.scheme}")
+            def values() -> Iterator[tuple[str, Any]]:  # one layer's new values at a time
+                from precisionlab.quant import quantize
+
+                seen: set[int] = set()
+                for name, module in selected.items():
+                    if id(module.weight) in seen:  # a tied weight (SmolLM2's lm_head is its embedding): once
+                        continue
+                    seen.add(id(module.weight))
+                    w = module.weight.detach().float().numpy()
+                    if name in abs_max:
+                        value, stored[name] = quantize_with_outliers(w, step.scheme, outlier_columns(abs_max[name]))
+                    else:  # an embedding (one-hot inputs: no outlier column) or a layer outside the blocks
+                        q = quantize(w, step.scheme)
+                        value, stored[name] = q.dequantize(), int(q.nbytes)
+                    yield name, value
+
+            return install(model, values(), stored, f"{step.name} {step.scheme}")
 
         return prepare
 
@@ -226,15 +229,15 @@ class ModelEvaluator:
 
     def _calibrated(self, model: Any, step: Step, selected: dict[str, Any]) -> Any:
         """GPTQ or AWQ (step.method) on the selected block linears, installed reversibly (AWQ's folds
-        into the norms included: `install` restores every parameter that changed)."""
-        from precisionlab.ptq.install import apply_result, install_result
+        into the norms included: `install` keeps and restores exactly the parameters they write)."""
+        from precisionlab.ptq.install import install_result
 
         result = self.calibrated_result(model, step, selected)
         self.step_results[step.name] = result
         failed = [r.name for r in result.layers if r.status != "ok"]
         if failed:
             raise ValueError(f"step {step.name}: {step.method} failed on {len(failed)} layer(s), first {failed[0]}")
-        return install_result(model, result, lambda m: apply_result(m, result), f"{step.name} {step.scheme}")
+        return install_result(model, result, label=f"{step.name} {step.scheme}")
 
     def calibrated_result(self, model: Any, step: Step, selected: dict[str, Any]) -> Any:
         """The PTQResult of GPTQ or AWQ (step.method) on the selected block linears (run once per step: a grown
@@ -283,15 +286,3 @@ def _planned_layer_bytes(scheme: str, rows: int, cols: int, outliers: bool, floa
         return float_bytes
     return quantized + 2 * rows * k + 4 * k
 
-
-def _writer(values: dict[str, Any]) -> Callable[[Any], None]:
-    def write(model: Any) -> None:
-        import torch
-
-        modules = dict(model.named_modules())
-        with torch.no_grad():
-            for name, value in values.items():
-                weight = modules[name].weight
-                weight.copy_(torch.from_numpy(value).to(weight.dtype))
-
-    return write

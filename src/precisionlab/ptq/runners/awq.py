@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab import peers
+from precisionlab.models.weights import replace_weights
 from precisionlab.ptq import awq as awq_mod
 from precisionlab.ptq.activations import LayerOutputError
 from precisionlab.ptq.measure import MemoryMeter
@@ -100,18 +101,14 @@ def module_objective(model: Any, group: ScaleGroup, inputs: list[tuple[tuple[Any
     reference = run()
     count = sum(r.numel() for r in reference)
 
+    held = sum(layer.weight.numel() * layer.weight.element_size() for layer in layers)
+
     def loss(scales: np.ndarray | None) -> float:
-        saved = [layer.weight.detach().clone() for layer in layers]
-        try:
-            with torch.no_grad():
-                for layer, w in zip(layers, weights, strict=True):
-                    eff = awq_mod.scaled_weight(w, scheme, scales).astype(np.float32)
-                    layer.weight.copy_(torch.from_numpy(eff).to(layer.weight.dtype))
+        values = ((layer.weight, awq_mod.scaled_weight(w, scheme, scales).astype(np.float32))
+                  for layer, w in zip(layers, weights, strict=True))
+        # the group's originals stay in memory (the grid asks 20 times per group), nothing else is kept
+        with replace_weights(model, values, spill_above=held):
             outputs = run()
-        finally:
-            with torch.no_grad():
-                for layer, w in zip(layers, saved, strict=True):
-                    layer.weight.copy_(w)
         return float(sum(((o - r) ** 2).sum() for o, r in zip(outputs, reference, strict=True))) / count
 
     return loss

@@ -4,6 +4,10 @@ Every layer is quantized from its own captured input statistics: RTN is `quant.q
 GPTQ `ptq.gptq.gptq_quantize` with the layer's Hessian 2 X^T X / n. Both are measured against RTN of
 the same scheme over every calibration token (and every held-out one), exactly, from X^T X.
 
+Memory: the inputs are captured one block at a time (`by_block`: the same statistics as one capture of
+every layer, since nothing is written into the model in between), so one block's Hessians (calibration and
+held-out) and one block's float weight copies are held at a time, beside the model.
+
 With the GPTQ option `sequential` (`support.SEQUENTIAL`) the layers are calibrated in stages, each on
 the inputs the model gives with the earlier stages quantized (`runners.sequential`).
 """
@@ -22,33 +26,51 @@ from precisionlab.ptq.measure import MemoryMeter
 from precisionlab.ptq.records import LayerRecord, PTQResult
 from precisionlab.ptq.runners.common import Progress, captures, layer_weights, tick, weight_errors
 from precisionlab.ptq.runners.sequential import sequential
+from precisionlab.ptq.structure import block_of
 from precisionlab.quant import quantize
 
 
 def run_weight_only(model: Any, method: str, scheme: str, names: Sequence[str], calibration: Sequence[Any],
                     evaluation: Sequence[Any] | None, opts: dict[str, Any], meter: MemoryMeter,
                     progress: Progress | None) -> PTQResult:
-    """RTN or GPTQ (`method`) of every named layer, in one capture or in GPTQ's sequential stages."""
-    weights = layer_weights(model, names)
+    """RTN or GPTQ (`method`) of every named layer, captured block by block (`by_block`) or in GPTQ's sequential
+    stages."""
+    weights: dict[str, Any] = {}
     result = PTQResult(method, scheme, [])
     records: dict[str, LayerRecord] = {}
     mode = opts.get("sequential", "off") if method == "gptq" else "off"
     gptq_opts = {k: v for k, v in opts.items() if k != "sequential"}
 
     def quantize_layers(layers: Sequence[str], cal: Capture, ev: Capture | None) -> None:
+        weights.update(layer_weights(model, [n for n in layers if n not in weights]))
         for n in layers:
             records[n] = quantize_layer(method, scheme, n, weights[n], cal.stats[n], ev.stats[n] if ev else None,
                                         gptq_opts, meter, result)
             tick(progress, n, len(records), len(names))
+            del weights[n]  # its float copy is no longer needed
 
     if mode == "off":
-        cal, ev = captures(model, names, calibration, evaluation, meter, progress=progress)
-        result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
-        quantize_layers(names, cal, ev)
+        for group in by_block(names):  # one block's statistics (its Hessians) at a time
+            cal, ev = captures(model, group, calibration, evaluation, meter, progress=progress)
+            if not result.calibration_tokens:
+                result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
+            quantize_layers(group, cal, ev)
+            del cal, ev
     else:
         sequential(model, names, mode, calibration, evaluation, meter, progress, result, quantize_layers)
     result.layers = [records[n] for n in names]
     return result
+
+
+def by_block(names: Sequence[str]) -> list[list[str]]:
+    """The names grouped by transformer block, in order of first appearance (a name outside the blocks, its own
+    group of those). Every layer still sees the float model's inputs (nothing is written between captures), so
+    capturing group by group gives each layer the same statistics as one capture of all, with one block's
+    Hessians in memory at a time; each capture's forward stops after its block."""
+    groups: dict[int | None, list[str]] = {}
+    for n in names:
+        groups.setdefault(block_of(n), []).append(n)
+    return list(groups.values())
 
 
 def quantize_layer(method: str, scheme: str, name: str, weight: tuple[np.ndarray, np.ndarray | None],

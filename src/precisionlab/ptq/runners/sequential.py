@@ -5,7 +5,8 @@ Block layers are captured on their own block only, run on its recorded inputs (`
 and the next block's inputs come from running the quantized block (`calibration.next_block_calls`): one pass
 of the block per stage and one to hand its output on, instead of a forward from the embeddings per stage.
 Layers outside the blocks come last, each stage captured by whole-model forwards. Every weight is restored
-when done, or on an error.
+when done, or on an error (models.weights.replace_weights, one handle per stage: only the layers quantized so far
+have their originals kept).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from precisionlab import peers
+from precisionlab.models.weights import replace_weights
 from precisionlab.ptq.calibration import (
     CalibrationWarning,
     Capture,
@@ -36,10 +38,9 @@ def sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequenc
                evaluation: Sequence[Any] | None, meter: MemoryMeter, progress: common.Progress | None,
                result: PTQResult, quantize_layers: QuantizeLayers) -> None:
     """Calibrate and quantize `names` in the stages of `mode` ("block" or "layer"; module docstring)."""
-    torch = peers.torch("sequential GPTQ")
-    modules = dict(model.named_modules())
+    peers.torch("sequential GPTQ")
     prefix, children = model_blocks(model)
-    originals = {n: modules[n].weight.detach().clone() for n in names}
+    installed: list[Any] = []  # one replace_weights handle per stage: only the quantized layers' originals
     by_block: dict[int | None, list[str]] = {}
     for n in names:
         b = block_of(n)
@@ -64,11 +65,8 @@ def sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequenc
                 result.calibration_tokens, result.evaluation_tokens = cal.tokens, ev.tokens if ev else 0
             check_tokens(cal.stats)
             quantize_layers(stage, cal, ev)
-            with torch.no_grad():
-                for n in stage:
-                    if n in result.quantized:
-                        w = modules[n].weight
-                        w.copy_(torch.from_numpy(result.quantized[n].dequantize()).to(w.dtype))
+            installed.append(replace_weights(model, ((n, result.quantized[n].dequantize()) for n in stage
+                                                     if n in result.quantized)))
 
     numbered = sorted(b for b in by_block if b is not None)
     try:
@@ -85,6 +83,5 @@ def sequential(model: Any, names: Sequence[str], mode: str, calibration: Sequenc
         if None in by_block:
             stages(list(by_block[None]), calibration, evaluation)
     finally:
-        with torch.no_grad():
-            for n, w in originals.items():
-                modules[n].weight.copy_(w)
+        while installed:
+            installed.pop().restore()
