@@ -7,11 +7,11 @@
 
 A float recipe (kind FLOAT, `export --scheme none`) installs nothing: the model's own values, each tensor
 written at --float-dtype. The weights are installed the way the evaluation installs them, so the model
-afterwards holds exactly what was evaluated: a scheme (--scheme, a ladder step) rounded to nearest per layer, each weight once, through
-`ptq.install.install` (the values of `models.weights.quantize_weights`, eval's plain candidates); saved codes
-(a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result` (eval's PTQ candidates:
-AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer schemes through
-`ptq.install.install`, each layer rounded to nearest under its own scheme.
+afterwards holds exactly what was evaluated: a scheme (--scheme, a ladder step) rounded to nearest per layer,
+each weight once, through `ptq.install.install` (the values of `models.weights.quantize_weights`, eval's plain
+candidates); saved codes (a ptq --save file, a GPTQ / AWQ ladder step) through `ptq.install.install_result`
+(eval's PTQ candidates: AWQ's folds first, then each layer's dequantized codes); a recipe.json's per-layer
+schemes through `ptq.install.install`, each layer rounded to nearest under its own scheme.
 """
 
 from __future__ import annotations
