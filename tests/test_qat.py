@@ -188,6 +188,27 @@ def test_resume_after_an_interrupt_ends_with_the_uninterrupted_weights(tiny, tmp
         run_qat(model, "int4:g32", batches, TrainConfig(steps=7, lr=2e-3), blocks=[1], checkpoint=path, resume=True)
 
 
+def test_a_fresh_run_never_overwrites_a_checkpoint_unless_forced(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """run_qat without resume over an existing checkpoint: ValueError naming --resume and --force, the file's bytes
+    unchanged; force=True starts over (a new checkpoint of this run's steps)."""
+    import torch
+
+    from precisionlab.qat.run import run_qat
+    from precisionlab.qat.train import TrainConfig
+
+    _, loaded = tiny
+    path = tmp_path / "c.pt"
+    config = TrainConfig(steps=2, lr=1e-3)
+    run_qat(loaded.model, "int4:g32", _batches(2), config, blocks=[1], checkpoint=path)
+    held = path.read_bytes()
+    with pytest.raises(ValueError, match=r"holds the checkpoint of a qat run \(2 step\(s\) done\): give --resume"):
+        run_qat(loaded.model, "int4:g32", _batches(2), TrainConfig(steps=3, lr=1e-3), blocks=[1], checkpoint=path)
+    assert path.read_bytes() == held
+    forced = run_qat(loaded.model, "int4:g32", _batches(2), TrainConfig(steps=3, lr=1e-3), blocks=[1],
+                     checkpoint=path, force=True)
+    assert forced.history.resumed_from == 0 and int(torch.load(path, weights_only=True)["step"]) == 3
+
+
 def test_training_lowers_the_distillation_loss_and_leaves_the_model_as_it_was(tiny) -> None:  # type: ignore[no-untyped-def]
     """Measured independently of the training loop: KL(float || model) on the calibration batches with the RTN
     weights written in, then with the trained codes written in (ptq.install.write_weights)."""

@@ -211,3 +211,51 @@ def test_the_bar_on_smollm2_int4_g64(run_cli, tmp_path: Path) -> None:  # type: 
     assert g["qat.start"] == "gptq"
     assert g["eval.ppl.qat:int4:g64.difference"] < g["eval.ppl.gptq:int4:g64.difference"]
     assert g["eval.ppl.qat:int4:g64.difference"] < g["eval.ppl.rtn:int4:g64.difference"]
+
+
+def _fake_checkpoint(path: Path, steps: int) -> bytes:
+    torch = pytest.importorskip("torch")
+    from precisionlab.qat.train import CHECKPOINT_FORMAT
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"identity": {"format": CHECKPOINT_FORMAT}, "step": steps, "latents": {}}, path)
+    return path.read_bytes()
+
+
+def test_a_fresh_run_over_a_checkpoint_is_refused_before_loading(run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The issue's case: `qat ... --out q`, Ctrl-C, then the same command without --resume used to start again and
+    overwrite the checkpoint. Now: one line naming --resume and --force, exit 2, the file's bytes unchanged (the
+    model is not even loaded: no-such-model)."""
+    base = ("qat", "--model", "no-such-model", "--scheme", "int4:g64", "--steps", "5", "--no-eval")
+    path = tmp_path / "q" / "qat-checkpoint.pt"
+    held = _fake_checkpoint(path, 7)
+    refused = run_cli(*base, "--out", str(tmp_path / "q"))
+    one_line_error(refused, "holds the checkpoint of a qat run (7 step(s) done): give --resume")
+    assert "--force to start over" in refused.stderr
+    assert path.read_bytes() == held and sorted(p.name for p in path.parent.iterdir()) == ["qat-checkpoint.pt"]
+    path.write_bytes(b"not a checkpoint")  # a torn or foreign file there is not overwritten either
+    one_line_error(run_cli(*base, "--out", str(tmp_path / "q")), "a file that is not a readable qat checkpoint")
+    assert path.read_bytes() == b"not a checkpoint"
+    one_line_error(run_cli(*base, "--out", str(tmp_path / "q"), "--resume", "--force"),
+                   "--resume goes on from the checkpoint and --force starts over")
+
+
+def test_force_starts_over_and_replaces_the_checkpoint(run_cli, tiny_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A finished run's checkpoint and result survive a repeated command (exit 2, bytes unchanged); --force trains
+    from the start (resumed_from 0) and writes a new checkpoint whole."""
+    import torch
+
+    common = ("qat", "--model", str(tiny_dir), "--scheme", "int4:g32", "--blocks", "1", "--lr", "1e-3",
+              "--calib-size", "128", "--seq-len", "32", "--checkpoint-every", "1", "--threads", "1", "--no-eval")
+    out = tmp_path / "q"
+    first = run_cli(*common, "--steps", "2", "--out", str(out))
+    assert first.exit_code == 0, first.output
+    path = out / "qat-checkpoint.pt"
+    held, result = path.read_bytes(), (out / "qat.json").read_bytes()
+    again = run_cli(*common, "--steps", "2", "--out", str(out))
+    one_line_error(again, "holds the checkpoint of a qat run (2 step(s) done): give --resume")
+    assert path.read_bytes() == held and (out / "qat.json").read_bytes() == result
+    forced = run_cli(*common, "--steps", "3", "--force", "--out", str(out))
+    assert forced.exit_code == 0, forced.output
+    assert int(torch.load(path, weights_only=True)["step"]) == 3
+    assert json.loads((out / "qat.json").read_text())["findings"]["qat.resumed_from"] == 0

@@ -90,6 +90,32 @@ class History:
         return len(self.losses)
 
 
+FORCE_AND_RESUME = "--resume goes on from the checkpoint and --force starts over: give one of them"
+
+
+def checkpoint_steps(path: Path) -> int | None:
+    """The training steps a checkpoint holds; None when the file is not a readable qat checkpoint."""
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=True)
+        if state["identity"]["format"] != CHECKPOINT_FORMAT:
+            return None
+        return int(state["step"])
+    except Exception:  # a torn or foreign file: the refusal says so instead of failing on it
+        return None
+
+
+def existing_checkpoint(path: Path) -> str:
+    """The one-line refusal of a fresh run whose checkpoint path already holds a file (it names --resume and
+    --force)."""
+    steps = checkpoint_steps(path) if path.is_file() else None
+    held = (f"the checkpoint of a qat run ({steps} step(s) done)" if steps is not None
+            else "a file that is not a readable qat checkpoint")
+    return (f"{path} holds {held}: give --resume to go on from it (same options), or --force to start over and "
+            "replace it; it was left as it is")
+
+
 def batch_index(step: int, n: int, seed: int) -> int:
     """The batch of step `step` (module docstring): a permutation of range(n) per epoch, seeded by (seed, epoch)."""
     epoch, within = divmod(step, n)
@@ -99,11 +125,13 @@ def batch_index(step: int, n: int, seed: int) -> int:
 
 def train(model: Any, grids: Mapping[str, LayerGrid], batches: Sequence[Any], config: TrainConfig, *,
           initial: Mapping[str, Any] | None = None, checkpoint: Path | None = None, resume: bool = False,
-          identity: Mapping[str, Any] | None = None, progress: Progress | None = None) -> History:
+          identity: Mapping[str, Any] | None = None, progress: Progress | None = None,
+          force: bool = False) -> History:
     """Train the latent weights of the `grids` layers (module docstring), starting from `initial[name]` (default:
     the layer's weight; a GPTQ / AWQ start gives its dequantized weights) with the layer's weight as the float
     reference. The model's weights are put back as they were before it returns (the trained ones are in the
-    History)."""
+    History). A fresh run (no `resume`) over an existing `checkpoint` is refused (`existing_checkpoint`) unless
+    `force`, which deletes it first: a finished or interrupted run is never overwritten silently."""
     import torch
     from torch.nn.utils import parametrize
 
@@ -114,6 +142,12 @@ def train(model: Any, grids: Mapping[str, LayerGrid], batches: Sequence[Any], co
     if resume and (checkpoint is None or not Path(checkpoint).is_file()):
         raise ValueError(f"--resume: no checkpoint at {checkpoint}" if checkpoint is not None
                          else "--resume needs the --out folder of the interrupted run (its checkpoint)")
+    if resume and force:
+        raise ValueError(FORCE_AND_RESUME)
+    if checkpoint is not None and not resume and Path(checkpoint).exists():
+        if not force:
+            raise ValueError(existing_checkpoint(Path(checkpoint)))
+        Path(checkpoint).unlink()  # --force: start over; the first save writes a new checkpoint whole
     ident = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "torch_threads": torch.get_num_threads(),
              **dict(identity or {}), "lr": float(config.lr), "seed": int(config.seed), "loss": config.loss,
              "layers": sorted(grids)}
