@@ -22,13 +22,13 @@ from typing import Any
 import click
 
 from precisionlab.cli.common import emit, lab_output_options, set_torch_threads, split_commas
+from precisionlab.qat.train import DEFAULT_LR
 from precisionlab.results import Scalar
 
 CHECKPOINT_NAME = "qat-checkpoint.pt"
 WEIGHTS_NAME = "qat.safetensors"
 SEQ_LEN = 128
 """Tokens per training step (one calibration window): 2 s per step on SmolLM2 with one block trained, one thread."""
-LR = 1e-4
 CHECKPOINT_EVERY = 10
 
 
@@ -41,7 +41,8 @@ CHECKPOINT_EVERY = 10
               help="Start from a saved result: a precisionlab ptq --out JSON saved with --save (gptq, awq, rtn), "
                    "or its .safetensors file. Default: round-to-nearest of the float weights.")
 @click.option("--steps", type=int, default=None, help="Training steps (required), one calibration window each.")
-@click.option("--lr", type=float, default=LR, show_default=True, help="Adam's learning rate (constant).")
+@click.option("--lr", type=float, default=DEFAULT_LR, show_default=True,
+              help="Adam's learning rate in grid steps (constant): each update moves a weight by about lr of its step.")
 @click.option("--loss", default="kl", show_default=True,
               help="kl: distillation from the float model (KL of the output distributions); nll: next-token loss.")
 @click.option("--blocks", default=None, help="Transformer blocks to quantize and train, e.g. 1 or 0-3 (default: all).")
@@ -201,12 +202,23 @@ def _run(model: str, scheme: str | None, start: Any, config: Any, block_ids: lis
     identity = {"model": loaded.fingerprint, **settings}
     result = run_qat(loaded.model, scheme, calibration, config, blocks=block_ids, start=start, checkpoint=checkpoint,
                      resume=resume, identity=identity, progress=tick, force=force)
-    progress.note(f"{label}: {result.history.steps} steps, loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g}, "
-                  f"{result.seconds_per_step:.2f} s/step")
+    progress.note(training_line(label, result))
     evaluation = None
     if task_names is not None:
         evaluation = evaluate_qat(loaded, result, task_names, max_drop, eval_size, progress)
     return result, evaluation, sorted(set(warning_lines(caught)))
+
+
+def training_line(label: str, result: Any) -> str:
+    """The line that says whether training lowered its loss: on the same fixed windows before and after (each step's
+    own loss is on its own window, so its first and last values are not comparable)."""
+    h = result.history
+    fixed = (f"training loss on the first {h.probe_windows} calibration windows {h.probe_start:.4g} -> "
+             f"{h.probe_end:.4g}" if h.probe_start is not None and h.probe_end is not None
+             else "training loss not probed")
+    return (f"{label}: {h.steps} steps, {fixed} (each step's own window: first {result.losses[0]:.4g}, mean of the "
+            f"last 10 {float(sum(result.losses[-10:]) / len(result.losses[-10:])):.4g}), "
+            f"{result.seconds_per_step:.2f} s/step")
 
 
 def evaluate_qat(loaded: Any, result: Any, task_names: list[str], max_drop: float, eval_size: float,

@@ -15,7 +15,9 @@ from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 SUMMARY_NOTE = ("loss: the training loss of each step before its update (kl: KL(float || quantized) in nats per token "
                 "on the step's calibration window; nll: next-token cross-entropy); loss_first is the starting "
-                "point's. codes_changed: the share of weights whose code differs from the start's. seconds_per_step: "
+                "point's, on another window than loss_last: compare train_loss_start and train_loss_end, the loss "
+                "on the same first calibration windows before the first step and after the last. codes_changed: "
+                "the share of weights whose code differs from the start's. seconds_per_step: "
                 "the mean over this run's steps (a resumed run: those after the checkpoint).")
 
 
@@ -35,10 +37,11 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
         sections.append(Table(
             key="memory", title=f"Memory: {mem.trained:,} trained parameters", columns=["component", "bytes/param",
                                                                                         "MB"], rows=rows,
-            note=(f"What is trained: every weight of the quantized linears, as float32 latent weights under the "
-                  f"start's fixed scales. Weights, gradients and Adam's two moments are the fp32 + Adam bill of "
-                  f"training.memory ({mem.adam_bytes_per_param:g} bytes per trained parameter); the float reference "
-                  "(the distillation teacher's weight), the straight-through mask and the expanded grid come on top. "
+            note=(f"What is trained: every weight of the quantized linears, as a float32 offset from the start in "
+                  f"grid steps under the start's fixed scales. Weights, gradients and Adam's two moments are the "
+                  f"fp32 + Adam bill of training.memory ({mem.adam_bytes_per_param:g} bytes per trained parameter); "
+                  "the float reference (the distillation teacher's weight), the start the offset is added to, the "
+                  "straight-through mask and the expanded grid come on top. "
                   "Activations are not counted here: the measured peak is qat.peak_mb."),
             formats={"bytes/param": ".3g", "MB": ".2f"}))
     layer_rows: list[list[Scalar]] = [[n, "x".join(str(d) for d in result.quantized[n].shape),
@@ -58,9 +61,10 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
                     note="each step's loss on its own calibration window, before its update; the line: the mean "
                          "over the last 10 steps")
     figures = [figure]
-    first, last = findings.get("qat.loss_first"), findings.get("qat.loss_last10_mean")
-    text = (f"qat {result.scheme} from {result.start}: {findings['qat.steps']} steps, loss {_fmt(first)} -> "
-            f"{_fmt(last)} (last 10), {_fmt(findings['qat.seconds_per_step'])} s/step")
+    first, last = findings.get("qat.train_loss_start"), findings.get("qat.train_loss_end")
+    text = (f"qat {result.scheme} from {result.start}: {findings['qat.steps']} steps, training loss {_fmt(first)} -> "
+            f"{_fmt(last)} (the same {result.history.probe_windows} calibration windows before and after), "
+            f"{_fmt(findings['qat.seconds_per_step'])} s/step")
     from precisionlab.labs.eval import embed_evaluation
 
     text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings)

@@ -100,6 +100,7 @@ class QATResult:
                                "qat.loss_first": h.losses[0] if h.losses else None,
                                "qat.loss_last": h.losses[-1] if h.losses else None,
                                "qat.loss_last10_mean": float(np.mean(h.losses[-10:])) if h.losses else None,
+                               "qat.train_loss_start": h.probe_start, "qat.train_loss_end": h.probe_end,
                                "qat.resumed_from": h.resumed_from, "qat.seconds": self.seconds,
                                "qat.seconds_per_step": self.seconds_per_step, "qat.tokens_per_step":
                                self.tokens_per_step, "qat.calibration_tokens": self.calibration_tokens,

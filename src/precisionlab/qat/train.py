@@ -38,9 +38,18 @@ from precisionlab.qat.fakequant import LayerGrid, parametrization
 from precisionlab.qat.loss import check_loss, distillation_kl, next_token_loss
 
 CHECKPOINT_FORMAT = "precisionlab.qat-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+"""2: the trained parameters are offsets from the start in grid steps (1: latent weights, refused)."""
 CHECKPOINT_EVERY = 10
-DEFAULT_LR = 1e-4
+DEFAULT_LR = 3e-3
+"""Adam's learning rate in grid steps: each update moves a latent weight by about 0.003 of its own grid step
+(fakequant.parametrization; measured on SmolLM2 and the tiny model, docs/qat.md "Why the loss rose")."""
+ADAM_EPS = 1e-16
+"""Adam's eps, far below the gradients of the offsets (the KL's gradient times the grid step: at most 6e-8 on the tiny
+test model, where torch's default 1e-8 cut the first step to 85 % of lr and smaller ones far more), so that an
+update moves a weight by lr of its grid step whatever the size of its gradient; a zero gradient (a clipped code)
+still moves nothing."""
+PROBE_WINDOWS = 8
 
 Progress = Callable[[int, int, float], None]
 """progress(steps done, steps in all, the last step's loss)."""
@@ -83,6 +92,10 @@ class History:
     step_seconds: list[float] = field(default_factory=list)
     resumed_from: int = 0
     """Steps read back from the checkpoint (0: a fresh run)."""
+    probe_start: float | None = None
+    probe_end: float | None = None
+    probe_windows: int = 0
+    """The training loss on the first PROBE_WINDOWS calibration windows before the first step and after the last."""
     latents: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -161,23 +174,25 @@ def train(model: Any, grids: Mapping[str, LayerGrid], batches: Sequence[Any], co
     try:
         for name, grid in grids.items():
             module = modules[name]
-            fake = parametrization(grid, module.weight)
+            begin = initial[name] if initial is not None and name in initial else None
+            fake = parametrization(grid, module.weight, begin)
             parametrize.register_parametrization(module, "weight", fake, unsafe=True)
-            latent = module.parametrizations.weight.original
-            if initial is not None and name in initial:
-                with torch.no_grad():
-                    latent.copy_(torch.as_tensor(initial[name]).to(latent.dtype))
-            latent.requires_grad_(True)
-            latents[name] = latent
+            offset = module.parametrizations.weight.original  # the trained parameter: grid steps from the start
+            with torch.no_grad():
+                offset.zero_()
+            offset.requires_grad_(True)
+            latents[name] = offset
             fakes.append(fake)
         model.eval()
-        optimizer = torch.optim.Adam(list(latents.values()), lr=float(config.lr))
+        optimizer = torch.optim.Adam(list(latents.values()), lr=float(config.lr), eps=ADAM_EPS)
         history = History()
         if resume:
             assert checkpoint is not None
             _load(checkpoint, ident, latents, optimizer, history)
         _loop(model, fakes, latents, optimizer, batches, config, history, checkpoint, ident, progress)
-        history.latents = {n: w.detach().clone() for n, w in latents.items()}
+        with torch.no_grad():
+            history.latents = {n: fake.latent(latents[n]).detach().clone()
+                               for n, fake in zip(grids, fakes, strict=True)}
         return history
     finally:
         for name, fake in zip(grids, fakes, strict=False):
@@ -194,26 +209,16 @@ def train(model: Any, grids: Mapping[str, LayerGrid], batches: Sequence[Any], co
 def _loop(model: Any, fakes: list[Any], latents: dict[str, Any], optimizer: Any, batches: Sequence[Any],
           config: TrainConfig, history: History, checkpoint: Path | None, ident: dict[str, Any],
           progress: Progress | None) -> None:
-    import torch
-
     updating = False
     step = history.steps
+    history.probe_windows = min(PROBE_WINDOWS, len(batches))
     try:
+        if history.probe_start is None:
+            history.probe_start = probe_loss(model, fakes, batches, config.loss)
         while step < config.steps:
             began = time.perf_counter()
             tokens = batches[batch_index(step, len(batches), config.seed)]
-            if config.loss == "kl":
-                for fake in fakes:
-                    fake.use_reference = True
-                try:
-                    with torch.no_grad():
-                        teacher = model(tokens).logits
-                finally:
-                    for fake in fakes:
-                        fake.use_reference = False
-                loss = distillation_kl(model(tokens).logits, teacher)
-            else:
-                loss = next_token_loss(model(tokens).logits, tokens)
+            loss = _loss(model, fakes, tokens, config.loss)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             updating = True
@@ -226,6 +231,7 @@ def _loop(model: Any, fakes: list[Any], latents: dict[str, Any], optimizer: Any,
                 _save(checkpoint, ident, latents, optimizer, history)
             if progress is not None:
                 progress(step, config.steps, history.losses[-1])
+        history.probe_end = probe_loss(model, fakes, batches, config.loss)
     except KeyboardInterrupt:
         kept: Path | None = None
         if checkpoint is not None:
@@ -234,6 +240,33 @@ def _loop(model: Any, fakes: list[Any], latents: dict[str, Any], optimizer: Any,
             kept = checkpoint if Path(checkpoint).is_file() else None
         done = history.steps if not updating else _saved_steps(kept)
         raise Interrupted(done, kept) from None
+
+
+def _loss(model: Any, fakes: list[Any], tokens: Any, loss: str) -> Any:
+    """The training loss of one window: the distillation KL (the float logits first, each parametrization giving its
+    reference weight, no gradient) or the next-token loss."""
+    import torch
+
+    if loss != "kl":
+        return next_token_loss(model(tokens).logits, tokens)
+    for fake in fakes:
+        fake.use_reference = True
+    try:
+        with torch.no_grad():
+            teacher = model(tokens).logits
+    finally:
+        for fake in fakes:
+            fake.use_reference = False
+    return distillation_kl(model(tokens).logits, teacher)
+
+
+def probe_loss(model: Any, fakes: list[Any], batches: Sequence[Any], loss: str) -> float:
+    """The training loss on the first PROBE_WINDOWS windows (the same ones before the first step and after the last,
+    so the two values say whether training lowered its loss; each step's own loss is on another window)."""
+    import torch
+
+    with torch.no_grad():
+        return float(np.mean([float(_loss(model, fakes, b, loss)) for b in batches[:PROBE_WINDOWS]]))
 
 
 def _saved_steps(path: Path | None) -> int:
@@ -249,8 +282,8 @@ def _save(path: Path, ident: dict[str, Any], latents: dict[str, Any], optimizer:
 
     from precisionlab._atomic import atomic_path
 
-    state = {"identity": ident, "step": history.steps, "latents": {n: w.detach().clone() for n, w in latents.items()},
-             "optimizer": optimizer.state_dict(), "losses": list(history.losses),
+    state = {"identity": ident, "step": history.steps, "offsets": {n: w.detach().clone() for n, w in latents.items()},
+             "optimizer": optimizer.state_dict(), "losses": list(history.losses), "probe_start": history.probe_start,
              "step_seconds": list(history.step_seconds)}
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
@@ -270,8 +303,9 @@ def _load(path: Path, ident: dict[str, Any], latents: dict[str, Any], optimizer:
                          f"run's is {ident.get(key)!r}); give the same options, or another --out folder")
     with torch.no_grad():
         for name, latent in latents.items():
-            latent.copy_(state["latents"][name])
+            latent.copy_(state["offsets"][name])
     optimizer.load_state_dict(state["optimizer"])
     history.losses = [float(v) for v in state["losses"]]
     history.step_seconds = [float(v) for v in state["step_seconds"]]
     history.resumed_from = int(state["step"])
+    history.probe_start = None if state.get("probe_start") is None else float(state["probe_start"])
