@@ -76,6 +76,10 @@ def test_a_run_is_a_result_export_reads_and_it_resumes(run_cli, tiny_dir: Path, 
     assert findings["qat.steps"] == 5 and findings["qat.start"] == "rtn" and findings["qat.layers_trained"] == 7
     assert findings["qat.memory.adam_bytes_per_parameter"] == 16
     assert "eval.ppl.qat:int4:g32.difference" in findings and "eval.ppl.rtn:int4:g32.difference" in findings
+    assert findings["qat.kl_vs.rtn:int4:g32.ci_low"] <= findings["qat.kl_vs.rtn:int4:g32.difference"] <= findings[
+        "qat.kl_vs.rtn:int4:g32.ci_high"]  # the paired held-out KL (qat.fidelity)
+    assert findings["qat.kl_vs.rtn:int4:g32.kl"] == pytest.approx(findings["eval.ppl.qat:int4:g32.kl"])
+    assert findings["qat.train_loss_start"] > 0 and findings["qat.train_loss_end"] > 0
     assert (out / "qat_loss.png").is_file() and (out / "qat-checkpoint.pt").is_file()
     stored = load_quantized(out / "qat.safetensors")
     recipe = read_result(out / "qat.json")

@@ -199,6 +199,8 @@ def _run(model: str, scheme: str | None, start: Any, config: Any, block_ids: lis
         if done == total or done % max(1, total // 10) == 0:
             progress.note(f"{label}: step {done}/{total}, loss {loss:.4g}")
 
+    progress.note(f"{label}: the training loss on the first calibration windows, then {config.steps} steps"
+                  + (" (after the checkpoint's)" if resume else ""))
     identity = {"model": loaded.fingerprint, **settings}
     result = run_qat(loaded.model, scheme, calibration, config, blocks=block_ids, start=start, checkpoint=checkpoint,
                      resume=resume, identity=identity, progress=tick, force=force)

@@ -68,8 +68,32 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
     from precisionlab.labs.eval import embed_evaluation
 
     text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings)
+    if evaluation is not None:
+        text = _fidelity(sections, findings, text, evaluation)
     return LabResult(name="qat", title=f"Quantization-aware training: {result.scheme} on {params.get('model', '')}",
                      sections=sections, figures=figures, findings=findings, params=params, summary=text)
+
+
+def _fidelity(sections: list[Table], findings: dict[str, Scalar], text: str, evaluation: Any) -> str:
+    """The paired held-out KL of the trained model against its start and RTN (qat.fidelity), as a table, findings
+    and a line per comparison in the summary."""
+    from precisionlab.qat.fidelity import kl_differences
+
+    rows = kl_differences(evaluation)
+    if not rows:
+        return text
+    for row in rows:
+        findings.update(row.findings())
+    sections.append(Table(
+        key="fidelity", title="Held-out KL to the float model: the trained model against the others, paired",
+        columns=["task", "candidate", "KL", "against", "its KL", "difference", "ci_low", "ci_high"],
+        rows=[[r.task, r.candidate, r.kl, r.other, r.other_kl, r.difference, r.ci_low, r.ci_high] for r in rows],
+        note=(f"KL(float || model) in nats per token on the evaluation's held-out documents; difference: the "
+              f"candidate's minus the other's, with its {rows[0].confidence:.0%} interval from the paired bootstrap "
+              "over the same documents (eval.stats.bootstrap_ratio of the per-document KL differences): below 0 "
+              "at both ends, the trained model is closer to the float model."),
+        formats={"KL": ".4g", "its KL": ".4g", "difference": "+.4g", "ci_low": "+.4g", "ci_high": "+.4g"}))
+    return text + "".join(f"\n{r.line()}" for r in rows)
 
 
 def _smoothed(losses: list[float], window: int = 10) -> list[Series]:
