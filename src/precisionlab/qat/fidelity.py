@@ -55,9 +55,9 @@ def kl_differences(evaluation: Any, candidate: str | None = None) -> list[KLDiff
     from precisionlab.eval import stats
 
     settings = evaluation.settings
-    options = {"n_resamples": int(settings.get("n_resamples", stats.DEFAULT_RESAMPLES)),
-               "seed": int(settings.get("seed", 0)),
-               "confidence": float(settings.get("confidence", stats.DEFAULT_CONFIDENCE))}
+    n_resamples = int(settings.get("n_resamples", stats.DEFAULT_RESAMPLES))
+    seed = int(settings.get("seed", 0))
+    confidence = float(settings.get("confidence", stats.DEFAULT_CONFIDENCE))
     out = []
     for task in evaluation.tasks:
         if task.spec.kind != "ppl" or not task.outcomes:
@@ -73,9 +73,10 @@ def kl_differences(evaluation: Any, candidate: str | None = None) -> list[KLDiff
             if not np.array_equal(np.asarray(other.per_example["tokens"], dtype=np.float64), tokens):
                 raise ValueError(f"{name} and {other_name} were scored on different tokens; no paired comparison")
             other_kl = np.asarray(other.per_example["kl_sum"], dtype=np.float64)
-            interval = stats.bootstrap_ratio(kl - other_kl, tokens, groups=task.spec.groups, **options)
+            interval = stats.bootstrap_ratio(kl - other_kl, tokens, n_resamples, seed, confidence,
+                                             groups=task.spec.groups)
             total = float(tokens.sum())
             out.append(KLDifference(task.name, name, other_name, float(kl.sum() / total),
                                     float(other_kl.sum() / total), float(interval.estimate), float(interval.low),
-                                    float(interval.high), options["confidence"]))
+                                    float(interval.high), confidence))
     return out
