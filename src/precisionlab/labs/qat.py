@@ -67,21 +67,20 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
             f"{_fmt(findings['qat.seconds_per_step'])} s/step")
     from precisionlab.labs.eval import embed_evaluation
 
-    text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings)
-    if evaluation is not None:
-        text = _fidelity(sections, findings, text, evaluation)
+    fidelity = _fidelity(sections, findings, evaluation) if evaluation is not None else ""
+    text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings) + fidelity
     return LabResult(name="qat", title=f"Quantization-aware training: {result.scheme} on {params.get('model', '')}",
                      sections=sections, figures=figures, findings=findings, params=params, summary=text)
 
 
-def _fidelity(sections: list[Table], findings: dict[str, Scalar], text: str, evaluation: Any) -> str:
-    """The paired held-out KL of the trained model against its start and RTN (qat.fidelity), as a table, findings
-    and a line per comparison in the summary."""
+def _fidelity(sections: list[Table], findings: dict[str, Scalar], evaluation: Any) -> str:
+    """The paired held-out KL of the trained model against its start and RTN (qat.fidelity), as a table (before
+    the evaluation's tables), findings, and a line per comparison for the summary (returned)."""
     from precisionlab.qat.fidelity import kl_differences
 
     rows = kl_differences(evaluation)
     if not rows:
-        return text
+        return ""
     for row in rows:
         findings.update(row.findings())
     sections.append(Table(
@@ -93,7 +92,7 @@ def _fidelity(sections: list[Table], findings: dict[str, Scalar], text: str, eva
               "over the same documents (eval.stats.bootstrap_ratio of the per-document KL differences): below 0 "
               "at both ends, the trained model is closer to the float model."),
         formats={"KL": ".4g", "its KL": ".4g", "difference": "+.4g", "ci_low": "+.4g", "ci_high": "+.4g"}))
-    return text + "".join(f"\n{r.line()}" for r in rows)
+    return "".join(f"\n{r.line()}" for r in rows)
 
 
 def _smoothed(losses: list[float], window: int = 10) -> list[Series]:
