@@ -1,21 +1,23 @@
 """The training loop of quantization-aware training: deterministic for a seed, checkpointed, resumable.
 
-    history = train(model, grids, batches, TrainConfig(steps=100, lr=1e-5), checkpoint=path, identity=...)
+    history = train(model, grids, batches, TrainConfig(steps=100, lr=3e-3), checkpoint=path, identity=...)
     history.losses          the loss of every step, before its update (losses[0]: the starting point's)
-    history.latents         name -> the trained float32 latent weight (grids[name].quantized(w): its codes)
+    history.probe_start, history.probe_end   the loss on the same first PROBE_WINDOWS windows, before and after
+    history.latents         name -> the trained latent weight, float64 (grids[name].quantized(w): its codes)
 
-Each selected linear's weight is parametrized by `fakequant.parametrization` (torch's parametrize): its forward
+Each selected linear's weight is parametrized by `fakequant.parametrization` (torch's parametrize): the trained
+parameter is the offset from the start in grid steps (so `lr` is a fraction of each element's step), the forward
 uses the grid's values of the latent weight, the backward the straight-through gradient; every other
 parameter is frozen. One step: one calibration batch (a window of token ids); with the distillation loss the
 float model's logits first (the same module with each parametrization giving its float reference weight, no
-gradient), then the fake-quantized model's, the loss, its backward and one Adam update of the latent weights.
+gradient), then the fake-quantized model's, the loss, its backward and one Adam update of the offsets.
 
 Determinism. Step i takes batch `batch_index(i, n, seed)`: a permutation of the n batches per epoch, drawn
 from numpy's generator seeded by (seed, epoch), so the order needs no saved state; the model runs in eval
 mode (no dropout), and the learning rate is constant. With the same torch threads, the same run gives the same
 weights bit for bit.
 
-Checkpoints. Every `checkpoint_every` steps (and after the last), the latent weights, Adam's state, the losses
+Checkpoints. Every `checkpoint_every` steps (and after the last), the offsets, Adam's state, the losses
 and the step are written whole (a temporary file renamed over the checkpoint) with the run's identity (model,
 scheme, start, seed, learning rate, loss, calibration, torch threads ...). `resume=True` reads them back and
 goes on from the step after: the weights at the end equal an uninterrupted run's, bit for bit (tested). A
