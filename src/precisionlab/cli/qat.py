@@ -3,12 +3,13 @@ evaluation of the trained model (and of its start and RTN) against the float mod
 
     precisionlab qat --model smollm2-135m --scheme int4:g64 --blocks 1 --steps 100 [--lr 1e-5] [--loss kl|nll] \\
         [--from ptq.json] [--calib-data builtin|FILE] [--calib-size 4096] [--seq-len 128] [--seed 0] \\
-        [--checkpoint-every 10] [--resume] [--eval-tasks ppl] [--max-drop 1.0] [--eval-size 0.25] [--no-eval] \\
-        [--json] [--out DIR]
+        [--checkpoint-every 10] [--resume | --force] [--eval-tasks ppl] [--max-drop 1.0] [--eval-size 0.25] \\
+        [--no-eval] [--json] [--out DIR]
 
 With --out, DIR/qat-checkpoint.pt holds the run every --checkpoint-every steps; after Ctrl-C the same command
-with --resume goes on from there. DIR/qat.json and DIR/qat.safetensors are the result in the layout of a ptq
-result (`precisionlab export --from DIR/qat.json` ships the trained codes).
+with --resume goes on from there. Without --resume (or --force, which starts over and replaces it) a checkpoint in
+DIR is refused in one line before the model loads, and left untouched. DIR/qat.json and DIR/qat.safetensors are the
+result in the layout of a ptq result (`precisionlab export --from DIR/qat.json` ships the trained codes).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from typing import Any
 import click
 
 from precisionlab.cli.common import emit, lab_output_options, set_torch_threads, split_commas
+from precisionlab.qat.train import DEFAULT_LR
 from precisionlab.results import Scalar
 
 CHECKPOINT_NAME = "qat-checkpoint.pt"
 WEIGHTS_NAME = "qat.safetensors"
 SEQ_LEN = 128
 """Tokens per training step (one calibration window): 2 s per step on SmolLM2 with one block trained, one thread."""
-LR = 1e-4
 CHECKPOINT_EVERY = 10
 
 
@@ -40,7 +41,8 @@ CHECKPOINT_EVERY = 10
               help="Start from a saved result: a precisionlab ptq --out JSON saved with --save (gptq, awq, rtn), "
                    "or its .safetensors file. Default: round-to-nearest of the float weights.")
 @click.option("--steps", type=int, default=None, help="Training steps (required), one calibration window each.")
-@click.option("--lr", type=float, default=LR, show_default=True, help="Adam's learning rate (constant).")
+@click.option("--lr", type=float, default=DEFAULT_LR, show_default=True,
+              help="Adam's learning rate in grid steps (constant): each update moves a weight by about lr of its step.")
 @click.option("--loss", default="kl", show_default=True,
               help="kl: distillation from the float model (KL of the output distributions); nll: next-token loss.")
 @click.option("--blocks", default=None, help="Transformer blocks to quantize and train, e.g. 1 or 0-3 (default: all).")
@@ -53,6 +55,8 @@ CHECKPOINT_EVERY = 10
 @click.option("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, show_default=True,
               help="With --out: write the checkpoint every K steps.")
 @click.option("--resume", is_flag=True, help="Go on from the checkpoint in --out (same options).")
+@click.option("--force", is_flag=True,
+              help="Start over when --out holds a checkpoint (it is replaced); without --resume or --force, refused.")
 @click.option("--eval-tasks", multiple=True,
               help="Tasks of the evaluation afterwards (ppl, choice, generate, or a file). Default: ppl.")
 @click.option("--max-drop", type=float, default=1.0, show_default=True,
@@ -64,7 +68,7 @@ CHECKPOINT_EVERY = 10
 @lab_output_options
 def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int | None, lr: float, loss: str,
             blocks: str | None, calib_data: str, calib_size: int, seq_len: int, seed: int, checkpoint_every: int,
-            resume: bool, eval_tasks: tuple[str, ...], max_drop: float, eval_size: float, no_eval: bool,
+            resume: bool, force: bool, eval_tasks: tuple[str, ...], max_drop: float, eval_size: float, no_eval: bool,
             threads: int | None, as_json: bool, out_dir: Path | None) -> None:
     """Quantization-aware training at one scheme, then the paired evaluation against the float model."""
     from precisionlab.cli.eval import StepProgress
@@ -73,7 +77,7 @@ def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int 
     from precisionlab.eval.runner import check_max_drop
     from precisionlab.eval.tasks import check_task_names
     from precisionlab.qat.fakequant import check_scheme
-    from precisionlab.qat.train import TrainConfig
+    from precisionlab.qat.train import FORCE_AND_RESUME, TrainConfig, existing_checkpoint
 
     if steps is None:
         raise ValueError("--steps is required: the number of training steps (e.g. --steps 100)")
@@ -103,6 +107,10 @@ def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int 
     if resume and (checkpoint is None or not checkpoint.is_file()):
         raise ValueError(f"--resume: no checkpoint at {checkpoint}; give the --out folder of the interrupted run"
                          if checkpoint is not None else "--resume needs --out DIR, the folder of the interrupted run")
+    if resume and force:
+        raise ValueError(FORCE_AND_RESUME)
+    if checkpoint is not None and not resume and not force and checkpoint.exists():
+        raise ValueError(existing_checkpoint(checkpoint))  # before the model loads: the checkpoint stays untouched
     calib_docs = calibration_documents(calib_data)
     check_calibration(calib_docs, task_names)
     if threads is not None:
@@ -114,7 +122,7 @@ def COMMAND(model: str, scheme: str | None, from_result: str | None, steps: int 
     try:
         with StepProgress() as progress:
             result, evaluation, lines = _run(model, canonical, start, config, block_ids, calib_docs, calib_size,
-                                             seq_len, checkpoint, resume, settings,
+                                             seq_len, checkpoint, resume, force, settings,
                                              None if no_eval else task_names, max_drop, eval_size, progress)
     except Interrupted as exc:
         hint = "" if exc.checkpoint is not None else "; give --out DIR to keep a checkpoint"
@@ -170,7 +178,7 @@ def read_start(path: str) -> Any:
 
 
 def _run(model: str, scheme: str | None, start: Any, config: Any, block_ids: list[int] | None,
-         calib_docs: list[Any], calib_size: int, seq_len: int, checkpoint: Path | None, resume: bool,
+         calib_docs: list[Any], calib_size: int, seq_len: int, checkpoint: Path | None, resume: bool, force: bool,
          settings: dict[str, Any], task_names: list[str] | None, max_drop: float, eval_size: float,
          progress: Any) -> tuple[Any, Any, list[str]]:
     from precisionlab.cli.ptq import load_causal_lm, warning_lines
@@ -191,15 +199,28 @@ def _run(model: str, scheme: str | None, start: Any, config: Any, block_ids: lis
         if done == total or done % max(1, total // 10) == 0:
             progress.note(f"{label}: step {done}/{total}, loss {loss:.4g}")
 
+    progress.note(f"{label}: the training loss on the first calibration windows, then {config.steps} steps"
+                  + (" (after the checkpoint's)" if resume else ""))
     identity = {"model": loaded.fingerprint, **settings}
     result = run_qat(loaded.model, scheme, calibration, config, blocks=block_ids, start=start, checkpoint=checkpoint,
-                     resume=resume, identity=identity, progress=tick)
-    progress.note(f"{label}: {result.history.steps} steps, loss {result.losses[0]:.4g} -> {result.losses[-1]:.4g}, "
-                  f"{result.seconds_per_step:.2f} s/step")
+                     resume=resume, identity=identity, progress=tick, force=force)
+    progress.note(training_line(label, result))
     evaluation = None
     if task_names is not None:
         evaluation = evaluate_qat(loaded, result, task_names, max_drop, eval_size, progress)
     return result, evaluation, sorted(set(warning_lines(caught)))
+
+
+def training_line(label: str, result: Any) -> str:
+    """The line that says whether training lowered its loss: on the same fixed windows before and after (each step's
+    own loss is on its own window, so its first and last values are not comparable)."""
+    h = result.history
+    fixed = (f"training loss on the first {h.probe_windows} calibration windows {h.probe_start:.4g} -> "
+             f"{h.probe_end:.4g}" if h.probe_start is not None and h.probe_end is not None
+             else "training loss not probed")
+    return (f"{label}: {h.steps} steps, {fixed} (each step's own window: first {result.losses[0]:.4g}, mean of the "
+            f"last 10 {float(sum(result.losses[-10:]) / len(result.losses[-10:])):.4g}), "
+            f"{result.seconds_per_step:.2f} s/step")
 
 
 def evaluate_qat(loaded: Any, result: Any, task_names: list[str], max_drop: float, eval_size: float,

@@ -15,7 +15,9 @@ from precisionlab.results import Figure, LabResult, Scalar, Series, Table
 
 SUMMARY_NOTE = ("loss: the training loss of each step before its update (kl: KL(float || quantized) in nats per token "
                 "on the step's calibration window; nll: next-token cross-entropy); loss_first is the starting "
-                "point's. codes_changed: the share of weights whose code differs from the start's. seconds_per_step: "
+                "point's, on another window than loss_last: compare train_loss_start and train_loss_end, the loss "
+                "on the same first calibration windows before the first step and after the last. codes_changed: "
+                "the share of weights whose code differs from the start's. seconds_per_step: "
                 "the mean over this run's steps (a resumed run: those after the checkpoint).")
 
 
@@ -35,10 +37,11 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
         sections.append(Table(
             key="memory", title=f"Memory: {mem.trained:,} trained parameters", columns=["component", "bytes/param",
                                                                                         "MB"], rows=rows,
-            note=(f"What is trained: every weight of the quantized linears, as float32 latent weights under the "
-                  f"start's fixed scales. Weights, gradients and Adam's two moments are the fp32 + Adam bill of "
-                  f"training.memory ({mem.adam_bytes_per_param:g} bytes per trained parameter); the float reference "
-                  "(the distillation teacher's weight), the straight-through mask and the expanded grid come on top. "
+            note=(f"What is trained: every weight of the quantized linears, as a float32 offset from the start in "
+                  f"grid steps under the start's fixed scales. Weights, gradients and Adam's two moments are the "
+                  f"fp32 + Adam bill of training.memory ({mem.adam_bytes_per_param:g} bytes per trained parameter); "
+                  "the float reference (the distillation teacher's weight), the start the offset is added to, the "
+                  "straight-through mask and the expanded grid come on top. "
                   "Activations are not counted here: the measured peak is qat.peak_mb."),
             formats={"bytes/param": ".3g", "MB": ".2f"}))
     layer_rows: list[list[Scalar]] = [[n, "x".join(str(d) for d in result.quantized[n].shape),
@@ -58,14 +61,38 @@ def qat_lab(result: Any, params: dict[str, Scalar], evaluation: Any = None, warn
                     note="each step's loss on its own calibration window, before its update; the line: the mean "
                          "over the last 10 steps")
     figures = [figure]
-    first, last = findings.get("qat.loss_first"), findings.get("qat.loss_last10_mean")
-    text = (f"qat {result.scheme} from {result.start}: {findings['qat.steps']} steps, loss {_fmt(first)} -> "
-            f"{_fmt(last)} (last 10), {_fmt(findings['qat.seconds_per_step'])} s/step")
+    first, last = findings.get("qat.train_loss_start"), findings.get("qat.train_loss_end")
+    text = (f"qat {result.scheme} from {result.start}: {findings['qat.steps']} steps, training loss {_fmt(first)} -> "
+            f"{_fmt(last)} (the same {result.history.probe_windows} calibration windows before and after), "
+            f"{_fmt(findings['qat.seconds_per_step'])} s/step")
     from precisionlab.labs.eval import embed_evaluation
 
-    text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings)
+    fidelity = _fidelity(sections, findings, evaluation) if evaluation is not None else ""
+    text = embed_evaluation(sections, figures, findings, text, evaluation, eval_note, warnings) + fidelity
     return LabResult(name="qat", title=f"Quantization-aware training: {result.scheme} on {params.get('model', '')}",
                      sections=sections, figures=figures, findings=findings, params=params, summary=text)
+
+
+def _fidelity(sections: list[Table], findings: dict[str, Scalar], evaluation: Any) -> str:
+    """The paired held-out KL of the trained model against its start and RTN (qat.fidelity), as a table (before
+    the evaluation's tables), findings, and a line per comparison for the summary (returned)."""
+    from precisionlab.qat.fidelity import kl_differences
+
+    rows = kl_differences(evaluation)
+    if not rows:
+        return ""
+    for row in rows:
+        findings.update(row.findings())
+    sections.append(Table(
+        key="fidelity", title="Held-out KL to the float model: the trained model against the others, paired",
+        columns=["task", "candidate", "KL", "against", "its KL", "difference", "ci_low", "ci_high"],
+        rows=[[r.task, r.candidate, r.kl, r.other, r.other_kl, r.difference, r.ci_low, r.ci_high] for r in rows],
+        note=(f"KL(float || model) in nats per token on the evaluation's held-out documents; difference: the "
+              f"candidate's minus the other's, with its {rows[0].confidence:.0%} interval from the paired bootstrap "
+              "over the same documents (eval.stats.bootstrap_ratio of the per-document KL differences): below 0 "
+              "at both ends, the trained model is closer to the float model."),
+        formats={"KL": ".4g", "its KL": ".4g", "difference": "+.4g", "ci_low": "+.4g", "ci_high": "+.4g"}))
+    return "".join(f"\n{r.line()}" for r in rows)
 
 
 def _smoothed(losses: list[float], window: int = 10) -> list[Series]:

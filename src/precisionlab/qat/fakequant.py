@@ -6,7 +6,8 @@
 
 The grid's scales (and zero points) are fixed: those of the starting point (round-to-nearest of the float
 weight under the scheme's own rule, or a saved GPTQ / AWQ result's stored scales). Training moves the latent
-weights; each element's code is one rounding of the exact quotient, as `quant.quantize` computes it:
+weights (`parametrization`: an offset from the start in grid steps, so the learning rate is a fraction of each
+element's own step); each element's code is one rounding of the exact quotient, as `quant.quantize` computes it:
 
     symmetric     code = clip(rint(w / s), -qmax, qmax)       (int_range=full / full_neg: down to qmin)
     zero point    code = clip(rint(w / s) + z, qmin, qmax)
@@ -181,9 +182,18 @@ def _function() -> Any:
     return FakeQuantize
 
 
-def parametrization(grid: LayerGrid, reference: Any) -> Any:
-    """A torch parametrization module: weight -> fake_quantize(weight, grid); with `.use_reference = True` it
-    gives `reference` (the float weight, for the distillation teacher) instead."""
+def parametrization(grid: LayerGrid, reference: Any, start: Any | None = None) -> Any:
+    """A torch parametrization module whose trained parameter is the offset of the latent weight from `start` (default:
+    `reference`), in grid steps: latent = start + offset * divisor (float64), weight = fake_quantize(latent, grid).
+    With `.use_reference = True` it gives `reference` (the float weight, for the distillation teacher) instead.
+
+    Why the offset in grid steps: Adam moves every parameter by about its learning rate per update, whatever the
+    size of the gradient; on the latent weight itself that is `lr` in weight units, which is a different fraction of
+    a grid step in every group, layer, scheme and model (SmolLM2's int4:g64 steps are 0.05-0.10, int8:row ones 16x
+    smaller, a tiny random model's 100x smaller), and a too large fraction flips codes on gradient noise (the
+    training loss then rises: docs/qat.md, "Why the loss rose"). On the offset, `lr` is the fraction of the
+    element's own grid step, the same for every element. At offset 0 the latent is `start` exactly, so step 0 is the
+    start's model bit for bit."""
     import torch
 
     class FakeQuantWeight(torch.nn.Module):
@@ -192,11 +202,18 @@ def parametrization(grid: LayerGrid, reference: Any) -> Any:
             self.grid = grid
             self.expanded = grid.expanded(torch)
             self.register_buffer("reference", reference.detach().clone(), persistent=False)
+            origin = reference if start is None else torch.as_tensor(start)
+            self.register_buffer("start", origin.detach().to(reference.dtype).clone(), persistent=False)
             self.use_reference = False
 
-        def forward(self, weight: Any) -> Any:
+        def latent(self, offset: Any) -> Any:
+            """The float64 latent weight of an offset (in grid steps)."""
+            return self.start.to(torch.float64) + offset.to(torch.float64) * self.expanded[0]
+
+        def forward(self, offset: Any) -> Any:
             if self.use_reference:
                 return self.reference
-            return fake_quantize(weight, self.grid, self.expanded)
+            values = fake_quantize(self.latent(offset), self.grid, self.expanded)
+            return values.to(self.reference.dtype)
 
     return FakeQuantWeight()

@@ -24,11 +24,12 @@ from typing import Any
 from precisionlab.qat.train import TrainConfig
 
 SEQ_LEN = 128
-START_LR = 3e-4
-"""The rung's learning rate: it starts from GPTQ / AWQ codes, each latent weight at the centre of its cell, half a
-step from a code change. Measured on SmolLM2 block 1 (int4:g64, 100 steps, docs/qat.md): from GPTQ, 1e-4 changed
-no code, 3e-4 changed 0.016 % and lowered the perplexity increase (+0.22 % -> +0.10 %), 1e-3 changed 0.49 % and
-raised it (+0.30 %)."""
+START_LR = 1e-2
+"""The rung's learning rate, in grid steps (qat.fakequant.parametrization). It starts from GPTQ / AWQ codes, each
+latent weight at the centre of its cell, half a step from a code change; Adam moves a weight by at most about lr of
+its step per update, so N steps change no code unless lr * N > 0.5: 1e-2 lets 100 steps reach one step. (Measured
+on SmolLM2 block 1 when the rate was in weight units, docs/qat.md: from GPTQ, 1e-4, about 1.4e-3 of the median step,
+changed no code; 3e-4 changed 0.016 %; 1e-3, about 1.4e-2, changed 0.49 % and raised the perplexity increase.)"""
 
 
 def windows(batches: Sequence[Any], seq_len: int) -> list[Any]:

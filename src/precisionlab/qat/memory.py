@@ -1,11 +1,12 @@
 """The memory quantization-aware training needs, counted from what is trained.
 
-What is trained: every weight of the quantized linears (of the blocks `--blocks` selects), as float32 latent
-weights under fixed grid scales (qat.fakequant). Each trained parameter costs the fp32 + Adam bill of
-`training.memory` (weights, gradients, Adam's two moments: 4 + 4 + 4 + 4 bytes, each a format's bits / 8,
-the source material's 16 bytes per parameter), plus, here:
+What is trained: every weight of the quantized linears (of the blocks `--blocks` selects), as a float32 offset
+from the start in grid steps under fixed grid scales (qat.fakequant.parametrization). Each trained parameter
+costs the fp32 + Adam bill of `training.memory` (weights, gradients, Adam's two moments: 4 + 4 + 4 + 4 bytes,
+each a format's bits / 8, the source material's 16 bytes per parameter), plus, here:
 
     reference    the float weight (fp32), the distillation teacher's copy while the latent weight trains
+    start        the starting weight (fp32) the offset is added to (RTN: the float weight; GPTQ / AWQ: their values)
     mask         the straight-through estimator's in-range mask (1 byte, torch.bool) saved for the backward
     grid         per element, the expanded divisor (and zero point) in float64 (8 bytes each), computed once
 
@@ -37,6 +38,7 @@ class TrainingMemory:
         adam = bill("fp32", "adam").components
         out = {k: float(v) for k, v in adam.items() if v}
         out["reference"] = format_bytes("fp32")
+        out["start"] = format_bytes("fp32")
         out["mask"] = 1.0  # torch.bool is one byte per element
         out["grid"] = format_bytes("fp64") * (2 if self.zero_point else 1)
         return out

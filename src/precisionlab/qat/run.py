@@ -100,6 +100,7 @@ class QATResult:
                                "qat.loss_first": h.losses[0] if h.losses else None,
                                "qat.loss_last": h.losses[-1] if h.losses else None,
                                "qat.loss_last10_mean": float(np.mean(h.losses[-10:])) if h.losses else None,
+                               "qat.train_loss_start": h.probe_start, "qat.train_loss_end": h.probe_end,
                                "qat.resumed_from": h.resumed_from, "qat.seconds": self.seconds,
                                "qat.seconds_per_step": self.seconds_per_step, "qat.tokens_per_step":
                                self.tokens_per_step, "qat.calibration_tokens": self.calibration_tokens,
@@ -114,7 +115,7 @@ class QATResult:
 def run_qat(model: Any, scheme: str | None, calibration: Sequence[Any], config: TrainConfig, *,
             blocks: Sequence[int] | None = None, layers: Sequence[str] | None = None, start: Start | None = None,
             checkpoint: Path | None = None, resume: bool = False, identity: Mapping[str, Any] | None = None,
-            progress: Progress | None = None) -> QATResult:
+            progress: Progress | None = None, force: bool = False) -> QATResult:
     """Train (module docstring). `scheme` may be None with `start` (its scheme); ValueError on bad input."""
     import torch
 
@@ -162,7 +163,8 @@ def run_qat(model: Any, scheme: str | None, calibration: Sequence[Any], config: 
         with meter.section():
             history = train(model, grids, calibration, config, initial=initial, checkpoint=checkpoint,
                             resume=resume, identity={**dict(identity or {}), "scheme": scheme_text,
-                                                     "start": start.method if start else "rtn"}, progress=progress)
+                                                     "start": start.method if start else "rtn"}, progress=progress,
+                            force=force)
     finally:
         if undo is not None:
             undo.restore()
