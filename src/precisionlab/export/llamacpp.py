@@ -34,7 +34,8 @@ class Run:
         return math.exp(-float(flat.mean()))
 
 
-def _llama_cpp() -> Any:
+def llama_cpp_module() -> Any:
+    """llama-cpp-python, imported; ModuleNotFoundError saying how to build it when it is missing."""
     try:
         import llama_cpp
     except ImportError:
@@ -58,7 +59,7 @@ def llamacpp_logprobs(path: str | Path, sequences: list[list[int]], threads: int
                       n_batch: int | None = None, flash_attn: bool = False, label: str | None = None) -> Run:
     """llama.cpp's per-token log-probabilities of each sequence (its logits, logits_all), one sequence at a time:
     each sequence in one batch, or `n_batch` tokens at a time (1: token by token, as generation runs)."""
-    llama_cpp = _llama_cpp()
+    llama_cpp = llama_cpp_module()
     n_ctx = max(len(s) for s in sequences) + 8
     batch = n_batch or n_ctx
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=batch, n_ubatch=batch, logits_all=True,
