@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -68,6 +68,15 @@ PPL_MAX_TOKENS = 512
 GENERATE_NEW_TOKENS = 32
 PROBE_TOKENS = 256
 """Tokens of the probe on which the layer-output error is measured."""
+
+
+class Scored(Protocol):
+    """An outcome of one candidate on one task."""
+
+    candidate: str
+
+
+OutcomeT = TypeVar("OutcomeT", bound=Scored)
 
 
 @dataclass(frozen=True)
@@ -122,18 +131,12 @@ class Outcome:
     """Perplexity tasks: where the damage lands (eval.damage.Damage)."""
 
 
-@dataclass
-class TaskRun:
+class TaskView(Generic[OutcomeT]):
+    """What a task's run answers whoever scored it (in process, or in a runtime): its name, kind, primary metric
+    and unit, which way is better, and one candidate's outcome."""
+
     spec: TaskSpec
-    reference: dict[str, float]
-    reference_examples: dict[str, list[Any]]
-    reference_cached: bool
-    reference_seconds: float
-    outcomes: list[Outcome] = field(default_factory=list)
-    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    """The reference's raw outputs (what the cache holds), for scoring the candidates."""
-    recomputed: str = ""
-    """Why a cache entry of another runtime was not used ("torch 2.13.0 -> 2.14.0"; "" otherwise)."""
+    outcomes: list[OutcomeT]
 
     @property
     def name(self) -> str:
@@ -155,11 +158,25 @@ class TaskRun:
     def higher_is_better(self) -> bool:
         return self.spec.kind != "ppl"
 
-    def outcome(self, label: str) -> Outcome:
+    def outcome(self, label: str) -> OutcomeT:
         for outcome in self.outcomes:
             if outcome.candidate == label:
                 return outcome
         raise KeyError(f"task {self.name} has no candidate {label!r}")
+
+
+@dataclass
+class TaskRun(TaskView[Outcome]):
+    spec: TaskSpec
+    reference: dict[str, float]
+    reference_examples: dict[str, list[Any]]
+    reference_cached: bool
+    reference_seconds: float
+    outcomes: list[Outcome] = field(default_factory=list)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """The reference's raw outputs (what the cache holds), for scoring the candidates."""
+    recomputed: str = ""
+    """Why a cache entry of another runtime was not used ("torch 2.13.0 -> 2.14.0"; "" otherwise)."""
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from precisionlab.eval import scoring, stats
-from precisionlab.eval.runner import PRIMARY, UNITS, Limits, Progress, SilentProgress, check_max_drop, check_resamples
+from precisionlab.eval.runner import Limits, Progress, SilentProgress, TaskView, check_max_drop, check_resamples
 from precisionlab.eval.runtime.scorers import Scorer
 from precisionlab.eval.tasks import TaskSpec
 
@@ -54,7 +54,7 @@ class RuntimeOutcome:
 
 
 @dataclass
-class RuntimeTask:
+class RuntimeTask(TaskView[RuntimeOutcome]):
     spec: TaskSpec
     sequences: list[list[int]] = field(repr=False)
     reference: dict[str, float]
@@ -64,32 +64,6 @@ class RuntimeTask:
     spans: Any = field(default=None, repr=False)
     """Where the scores lie in the log-probabilities (task_sequences)."""
     outcomes: list[RuntimeOutcome] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def kind(self) -> str:
-        return self.spec.kind
-
-    @property
-    def primary(self) -> str:
-        return PRIMARY[self.spec.kind]
-
-    @property
-    def unit(self) -> str:
-        return UNITS[self.spec.kind]
-
-    @property
-    def higher_is_better(self) -> bool:
-        return self.spec.kind != "ppl"
-
-    def outcome(self, label: str) -> RuntimeOutcome:
-        for outcome in self.outcomes:
-            if outcome.candidate == label:
-                return outcome
-        raise KeyError(f"task {self.name} has no candidate {label!r}")
 
 
 @dataclass
