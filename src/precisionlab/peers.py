@@ -42,6 +42,8 @@ INSTALL_HINTS = {
     "triton": "pip install triton==3.9.0",
     "torchao": "pip install --no-deps torchao==0.18.0",
     "safetensors": "pip install safetensors",
+    "llama_cpp": ("CMAKE_ARGS=... pip install 'llama-cpp-python[server]==0.3.36' (docs/export.md says which build "
+                  "options work)"),
 }
 
 
@@ -97,6 +99,16 @@ def torch(purpose: str = "real models") -> ModuleType:
     require("torch", purpose=purpose)
     import torch as module
 
+    return module
+
+
+def llama_cpp(purpose: str = "scoring in llama.cpp") -> ModuleType:
+    """The llama_cpp module (llama-cpp-python); MissingPeer, `PURPOSE needs llama-cpp-python: HINT`, when it is
+    missing (it is built from source: the hint names the build options that work)."""
+    try:
+        import llama_cpp as module
+    except ImportError:
+        raise MissingPeer(f"{purpose} needs llama-cpp-python: {install_hint('llama_cpp')}") from None
     return module
 
 

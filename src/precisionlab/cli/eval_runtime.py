@@ -60,9 +60,9 @@ def run_command(runtime: str | None, server: str | None, reference: str | None, 
         raise click.BadParameter(f"must be a positive integer, got {threads}", param_hint="'--threads'")
     mode = "server" if server is not None else "llamacpp"
     if mode == "llamacpp":
-        from precisionlab.eval.runtime.scorers import llama_cpp
+        from precisionlab import peers
 
-        llama_cpp()  # missing: one line, before any tokenizer loads
+        peers.llama_cpp("--runtime llamacpp")  # missing: one line, before any tokenizer loads
         for _, value in [labelled(reference), *map(labelled, entries)]:
             if not Path(value).expanduser().is_file():
                 raise click.BadParameter(f"no such GGUF file: {value}", param_hint="'--reference' / '--candidates'")

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
+
 KV_TYPES = {"f32": 0, "f16": 1}
 
 
@@ -33,15 +35,6 @@ class Run:
         flat = np.concatenate(self.logprobs)
         return math.exp(-float(flat.mean()))
 
-
-def llama_cpp_module() -> Any:
-    """llama-cpp-python, imported; ModuleNotFoundError saying how to build it when it is missing."""
-    try:
-        import llama_cpp
-    except ImportError:
-        raise ModuleNotFoundError("scoring in llama.cpp needs llama-cpp-python: CMAKE_ARGS=... pip install "
-                                  "llama-cpp-python==0.3.36 (docs/export.md says which options build it)") from None
-    return llama_cpp
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -59,7 +52,7 @@ def llamacpp_logprobs(path: str | Path, sequences: list[list[int]], threads: int
                       n_batch: int | None = None, flash_attn: bool = False, label: str | None = None) -> Run:
     """llama.cpp's per-token log-probabilities of each sequence (its logits, logits_all), one sequence at a time:
     each sequence in one batch, or `n_batch` tokens at a time (1: token by token, as generation runs)."""
-    llama_cpp = llama_cpp_module()
+    llama_cpp = peers.llama_cpp()
     n_ctx = max(len(s) for s in sequences) + 8
     batch = n_batch or n_ctx
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=batch, n_ubatch=batch, logits_all=True,

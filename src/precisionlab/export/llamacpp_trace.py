@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from precisionlab import peers
+
 GGML_DTYPES: dict[int, Any] = {0: np.float32, 1: np.float16}
 """ggml_type enum -> numpy dtype, for the node types read back (F32, F16)."""
 GGML_OBJECT_SIZE = 32
@@ -73,9 +75,7 @@ def _read(tensor: GgmlTensor) -> np.ndarray:
 @contextlib.contextmanager
 def _callback(store: dict[str, list[np.ndarray]], want: Callable[[str], bool]) -> Iterator[None]:
     """While open, every llama.cpp context created gets an eval callback that fills `store`."""
-    from precisionlab.export.llamacpp import llama_cpp_module
-
-    llama_cpp = llama_cpp_module()
+    llama_cpp = peers.llama_cpp()
     _check_layout(llama_cpp)
     import llama_cpp.llama as high_level
 
@@ -107,9 +107,9 @@ def _callback(store: dict[str, list[np.ndarray]], want: Callable[[str], bool]) -
 def capture_tensors(path: str | Path, tokens: list[int], threads: int = 1,
                     want: Callable[[str], bool] | None = None) -> dict[str, list[np.ndarray]]:
     """llama.cpp's named graph tensors for one batch of `tokens` (module docstring); `want(name)` filters."""
-    from precisionlab.export.llamacpp import KV_TYPES, llama_cpp_module
+    from precisionlab.export.llamacpp import KV_TYPES
 
-    llama_cpp = llama_cpp_module()
+    llama_cpp = peers.llama_cpp()
     store: dict[str, list[np.ndarray]] = {}
     n_ctx = len(tokens) + 8
     with _callback(store, want or (lambda _name: True)):

@@ -31,8 +31,6 @@ LAYER_ORDER = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 MODEL_KEYS = {"smollm2-135m": "smollm2"}
 """The findings prefix of a model's layers (profile.smollm2.<layer>...); any other model: 'model'."""
 DEFAULT_MODEL = "smollm2-135m"
-LLAMACPP_INSTALL = ('CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON" pip install llama-cpp-python==0.3.36 '
-                    "(docs/profile.md)")
 Stage = Callable[[str], None]
 
 
@@ -86,7 +84,7 @@ def run(size: int = 4096, repeats: int = 5, threads: int = 1, model: str | None 
     result = assemble(big, layers, decode, machine, prefix, params, (load_start, load_end), model)
     llama_why = ggml_matmul.missing_reason()
     if llama_why:
-        result.skip("llamacpp", "llama.cpp's Q8_0 / Q4_0 rows", llama_why, LLAMACPP_INSTALL, section="layer")
+        result.skip("llamacpp", "llama.cpp's Q8_0 / Q4_0 rows", llama_why, install_hint("llama_cpp"), section="layer")
     others = {k: v for k, v in skipped.items() if not k.split("/")[1].startswith("llamacpp") or not llama_why}
     if others:
         result.section("layer").note += " Not run: " + "; ".join(f"{k}: {v}" for k, v in sorted(others.items())) + "."

@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from precisionlab import peers
+
 Advance = Callable[[int], None]
-LLAMACPP_INSTALL = ("CMAKE_ARGS=... pip install 'llama-cpp-python[server]==0.3.36' (docs/export.md says which "
-                    "build options work)")
 KV_TYPES = {"f32": 0, "f16": 1}
 """GGML type ids of the KV cache (`kv=`; None keeps llama.cpp's default, F16, as its server runs)."""
 DEFAULT_CTX = 2048
@@ -51,14 +51,6 @@ class Scorer(Protocol):
 
     def close(self) -> None: ...
 
-
-def llama_cpp() -> Any:
-    """The llama_cpp module; ValueError (one line, how to install it) when it is missing."""
-    try:
-        import llama_cpp
-    except ImportError:
-        raise ValueError(f"--runtime llamacpp needs llama-cpp-python: {LLAMACPP_INSTALL}") from None
-    return llama_cpp
 
 
 def check_sequences(sequences: Sequence[Sequence[int]]) -> None:
@@ -109,7 +101,7 @@ class LlamaCppScorer:
         if self._llm is not None and self._llm.n_ctx() >= longest:
             return self._llm
         self.close()
-        module = llama_cpp()
+        module = peers.llama_cpp("--runtime llamacpp")
         self.n_ctx = max(self.n_ctx, longest)
         cache = {} if self.kv is None else {"type_k": KV_TYPES[self.kv], "type_v": KV_TYPES[self.kv],
                                             "flash_attn": False}
@@ -127,7 +119,7 @@ class LlamaCppScorer:
         if not sequences:
             return []
         llm = self._model(max(len(s) for s in sequences))
-        module = llama_cpp()
+        module = peers.llama_cpp("--runtime llamacpp")
         vocab = int(llm.n_vocab())
         out = []
         for sequence in sequences:

@@ -32,9 +32,7 @@ class LlamaCppTokenizer:
     """llama.cpp's tokenizer of a GGUF file with the part of the Hugging Face interface that scoring uses."""
 
     def __init__(self, path: str | Path) -> None:
-        from precisionlab.eval.runtime.scorers import llama_cpp
-
-        module = llama_cpp()
+        module = peers.llama_cpp("--runtime llamacpp")
         try:
             self._llm = module.Llama(model_path=str(path), vocab_only=True, verbose=False)
         except ValueError as exc:
